@@ -1,0 +1,130 @@
+#pragma once
+// The MPI communicator kvmap works on: an RAII duplicate of the user's communicator,
+// the typed collectives the runtime needs, large-count safety and error agreement.
+// This module is the only place in kvmap that calls MPI.
+#include <mpi.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "kvmap/dtype.hpp"
+#include "kvmap/error.hpp"
+
+namespace kvmap {
+
+class Comm {
+ public:
+  // The (cached) duplicate of MPI_COMM_WORLD.
+  Comm();
+  // Duplicates `comm` (collective over it); the duplicate is freed with the last copy.
+  explicit Comm(MPI_Comm comm);
+
+  static Comm world();
+  static Comm self();
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  MPI_Comm raw() const;
+  void barrier() const;
+
+  // ---- typed collectives (every rank must call them in the same order) -------------
+  // Each rank contributes one trivially copyable value; returns all of them in rank order.
+  template <class T>
+  std::vector<T> allgather(const T& value) const {
+    static_assert(std::is_trivially_copyable_v<T>, "Comm::allgather needs a trivially copyable T");
+    std::vector<T> out(static_cast<std::size_t>(size_));
+    allgather_bytes(&value, sizeof(T), out.data());
+    return out;
+  }
+  std::vector<std::string> allgather_strings(const std::string& mine) const;
+  void allgather_bytes(const void* mine, std::size_t nbytes, void* all) const;
+  void bcast_bytes(void* data, std::size_t nbytes, int root) const;
+  // In-place sum/max over ranks of n values of the given dtype.
+  void allreduce_sum(void* data, std::size_t n, DType dtype) const;
+  void allreduce_max(void* data, std::size_t n, DType dtype) const;
+  template <class T>
+  T allreduce_sum(T value) const {
+    allreduce_sum(&value, 1, dtype_of<T>());
+    return value;
+  }
+  template <class T>
+  T allreduce_max(T value) const {
+    allreduce_max(&value, 1, dtype_of<T>());
+    return value;
+  }
+
+  // Byte-wise all-to-all with per-peer counts and displacements of any size.
+  // `global_max` must be the same on every rank and at least every count and every
+  // displacement + count on any rank; above the MPI count limit the exchange is done
+  // in pieces by point-to-point messages instead of one MPI_Alltoallv.
+  void alltoallv_bytes(const void* send, const std::vector<std::size_t>& send_counts,
+                       const std::vector<std::size_t>& send_displs, void* recv,
+                       const std::vector<std::size_t>& recv_counts,
+                       const std::vector<std::size_t>& recv_displs, std::size_t global_max) const;
+  // Byte-wise all-gather of variable-size blocks (counts/displs known on every rank).
+  void allgatherv_bytes(const void* send, std::size_t send_count, void* recv,
+                        const std::vector<std::size_t>& counts,
+                        const std::vector<std::size_t>& displs) const;
+
+  // ---- error agreement ---------------------------------------------------------------
+  // Every rank passes its local outcome (null when it succeeded). If any rank failed,
+  // every rank throws: a failing rank rethrows its own exception, the others throw
+  // RemoteError naming the failed ranks. One small collective when all succeeded.
+  void agree(std::exception_ptr local_error) const;
+  // agree() that also gathers a trivially copyable payload from every rank, in one
+  // collective on success.
+  template <class T>
+  std::vector<T> agree_gather(std::exception_ptr local_error, const T& payload) const {
+    static_assert(std::is_trivially_copyable_v<T>, "Comm::agree_gather needs a trivially copyable T");
+    std::vector<unsigned char> all = agree_gather_bytes(local_error, &payload, sizeof(T));
+    std::vector<T> out(static_cast<std::size_t>(size_));
+    if (!all.empty()) std::memcpy(out.data(), all.data(), all.size());
+    return out;
+  }
+  // agree() for a collective call whose arguments must be identical on every rank:
+  // `signature` describes them (e.g. "empty(gshape=[4, 2], dtype=float64, split=0)").
+  // Ranks whose signature differs from rank 0's throw ValueError naming both, the others
+  // RemoteError. One small collective when everything agrees.
+  void agree_arguments(std::exception_ptr local_error, const std::string& what,
+                       const std::string& signature) const;
+
+  // Raises a failure that every rank has detected identically from gathered data: ranks in
+  // `failed` throw E(their message), the others RemoteError. `messages` aligns with `failed`.
+  template <class E>
+  [[noreturn]] void raise_detected(const std::vector<int>& failed,
+                                   const std::vector<std::string>& messages) const {
+    for (std::size_t i = 0; i < failed.size(); ++i) {
+      if (failed[i] == rank_) throw E(messages[i]);
+    }
+    throw_remote(failed, messages.empty() ? std::string() : messages.front());
+  }
+
+ private:
+  struct Handle;
+  explicit Comm(std::shared_ptr<Handle> handle);
+  std::vector<unsigned char> agree_gather_bytes(std::exception_ptr local_error,
+                                                const void* payload, std::size_t nbytes) const;
+  [[noreturn]] void throw_remote(const std::vector<int>& failed, const std::string& first) const;
+
+  std::shared_ptr<Handle> handle_;
+  int rank_ = 0;
+  int size_ = 1;
+};
+
+std::string message_of(std::exception_ptr error);
+
+namespace Impl {
+// Largest element count kvmap passes to one MPI call (INT_MAX unless lowered for tests).
+std::size_t mpi_count_limit();
+void set_mpi_count_limit(std::size_t limit);
+// Releases the cached world communicator (before MPI_Finalize).
+void release_cached_comms();
+}  // namespace Impl
+
+}  // namespace kvmap

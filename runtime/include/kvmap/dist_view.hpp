@@ -1,0 +1,159 @@
+#pragma once
+// DistView: a global array sharded along one split axis over the ranks of a communicator
+// (or replicated), with each rank's shard in Kokkos memory of MemorySpace.
+#include <Kokkos_Core.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <optional>
+#include <type_traits>
+#include <vector>
+
+#include "kvmap/comm.hpp"
+#include "kvmap/dtype.hpp"
+#include "kvmap/impl/kokkos_compat.hpp"
+#include "kvmap/impl/local_block.hpp"
+#include "kvmap/impl/view_block.hpp"
+#include "kvmap/layout.hpp"
+
+namespace at {
+class Tensor;
+}
+
+namespace kvmap {
+
+namespace Impl {
+enum class ViewLayoutKind { Right, Left, Stride };
+template <class L>
+constexpr ViewLayoutKind view_layout_kind() {
+  if constexpr (std::is_same_v<L, Kokkos::LayoutRight>) {
+    return ViewLayoutKind::Right;
+  } else if constexpr (std::is_same_v<L, Kokkos::LayoutLeft>) {
+    return ViewLayoutKind::Left;
+  } else {
+    static_assert(std::is_same_v<L, Kokkos::LayoutStride>,
+                  "kvmap::DistView::local_view: layout must be LayoutRight, LayoutLeft or "
+                  "LayoutStride");
+    return ViewLayoutKind::Stride;
+  }
+}
+// TypeError unless a view of this element dtype, rank, static extents (-1: dynamic) and
+// layout kind can describe the block.
+void check_local_view(DType have, DType want, const LocalBlock& block, int rank,
+                      const std::int64_t* static_extents, ViewLayoutKind kind);
+}  // namespace Impl
+
+template <class MemorySpace = Kokkos::DefaultExecutionSpace::memory_space>
+class DistView {
+ public:
+  using memory_space = MemorySpace;
+  using execution_space = Impl::exec_space_of<MemorySpace>;
+
+  // ---- collective factories ----------------------------------------------------------
+  static DistView empty(Shape gshape, DType dtype, std::optional<int> split,
+                        Comm comm = Comm::world());
+  static DistView zeros(Shape gshape, DType dtype, std::optional<int> split,
+                        Comm comm = Comm::world());
+  static DistView full(Shape gshape, double value, DType dtype, std::optional<int> split,
+                       Comm comm = Comm::world());
+  static DistView arange(std::int64_t n, DType dtype, std::optional<int> split,
+                         Comm comm = Comm::world());
+
+  // Adopts each rank's local piece without copying; the global shape is the pieces
+  // concatenated in rank order along split (replicated: every rank holds the whole array).
+  // Non-split extents and dtypes must agree on all ranks.
+  template <class KokkosView>
+  static DistView from_local(const KokkosView& local, std::optional<int> split,
+                             Comm comm = Comm::world()) {
+    static_assert(Kokkos::is_view<KokkosView>::value,
+                  "kvmap::DistView::from_local: expected a Kokkos::View or an at::Tensor");
+    static_assert(std::is_same_v<typename KokkosView::memory_space, MemorySpace>,
+                  "kvmap::DistView::from_local: the view's memory space must be the "
+                  "DistView's MemorySpace");
+    using T = std::remove_cv_t<typename KokkosView::value_type>;
+    return from_local_block(Impl::block_from_view(local), dtype_of<T>(), split, std::move(comm));
+  }
+  static DistView from_local(const at::Tensor& local, std::optional<int> split,
+                             Comm comm = Comm::world());
+  // Every rank holds the full tensor and keeps (a copy of) its slice.
+  static DistView from_global(const at::Tensor& full, std::optional<int> split,
+                              Comm comm = Comm::world());
+  // Only root's tensor matters; the other ranks may pass an undefined tensor.
+  static DistView scatter(const at::Tensor& full_on_root, std::optional<int> split,
+                          Comm comm = Comm::world(), int root = 0);
+
+  // For kvmap's own modules: assembles a DistView without communication or checks.
+  static DistView from_parts(Layout layout, DType dtype, Comm comm, Impl::LocalBlock block) {
+    return DistView(std::move(layout), dtype, std::move(comm), std::move(block));
+  }
+
+  // ---- shape and placement -----------------------------------------------------------
+  const Layout& layout() const { return layout_; }
+  const Shape& gshape() const { return layout_.gshape(); }
+  Shape lshape() const { return block_.extents; }
+  std::vector<Shape> lshape_map() const;
+  std::optional<int> split() const { return layout_.split(); }
+  DType dtype() const { return dtype_; }
+  std::size_t itemsize() const { return size_of(dtype_); }
+  int ndim() const { return layout_.ndim(); }
+  const Comm& comm() const { return comm_; }
+  bool is_balanced() const { return layout_.is_balanced(); }
+  const Impl::LocalBlock& block() const { return block_; }
+  const std::vector<std::int64_t>& local_strides() const { return block_.strides; }
+  void* local_data() const { return block_.data; }
+
+  // Zero-copy view of the local shard (same data pointer; device from the memory space).
+  at::Tensor local() const;
+
+  // Typed, checked, unmanaged Kokkos view of the local shard: TypeError on a dtype, rank,
+  // static extent or layout mismatch (LayoutRight/Left need matching contiguous strides).
+  template <class DataType, class KLayout = Kokkos::LayoutStride>
+  Kokkos::View<DataType, KLayout, MemorySpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>
+  local_view() const {
+    using V = Kokkos::View<DataType, KLayout, MemorySpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+    using T = std::remove_cv_t<typename V::value_type>;
+    constexpr int rank = static_cast<int>(V::rank);
+    constexpr int rank_dynamic = static_cast<int>(V::rank_dynamic);
+    std::int64_t static_extents[Impl::kMaxRank + 1] = {};
+    for (int d = 0; d < rank; ++d) {
+      static_extents[d] = d < rank_dynamic ? -1 : static_cast<std::int64_t>(V::static_extent(d));
+    }
+    Impl::check_local_view(dtype_, dtype_of<T>(), block_, rank, static_extents,
+                           Impl::view_layout_kind<KLayout>());
+    KLayout layout;
+    for (int d = 0; d < rank; ++d) {
+      layout.dimension[d] = static_cast<std::size_t>(block_.extents[d]);
+      if constexpr (std::is_same_v<KLayout, Kokkos::LayoutStride>) {
+        layout.stride[d] = static_cast<std::size_t>(block_.strides[d]);
+      }
+    }
+    return V(static_cast<typename V::pointer_type>(block_.data), layout);
+  }
+
+  // ---- redistribution (collective) ---------------------------------------------------
+  at::Tensor gather(int root = 0) const;             // full array on root, undefined elsewhere
+  at::Tensor allgather() const;                      // full array on every rank
+  DistView resplit(std::optional<int> split) const;  // balanced along another axis / replicated
+  DistView balance() const;                          // same split, balanced counts
+  DistView redistribute(const Layout& target) const; // any layout of the same global shape
+
+ private:
+  DistView(Layout layout, DType dtype, Comm comm, Impl::LocalBlock block)
+      : layout_(std::move(layout)), dtype_(dtype), comm_(std::move(comm)), block_(std::move(block)) {}
+  static DistView from_local_block(Impl::LocalBlock block, DType dtype, std::optional<int> split,
+                                   Comm comm, std::exception_ptr local_error = nullptr);
+  static DistView create(const char* what, Shape gshape, DType dtype, std::optional<int> split,
+                         Comm comm, int fill, double value);
+
+  Layout layout_;
+  DType dtype_;
+  Comm comm_;
+  Impl::LocalBlock block_;
+};
+
+#define KVMAP_EXTERN_DIST_VIEW(Space) extern template class DistView<Space>;
+KVMAP_FOR_EACH_MEMORY_SPACE(KVMAP_EXTERN_DIST_VIEW)
+#undef KVMAP_EXTERN_DIST_VIEW
+
+}  // namespace kvmap

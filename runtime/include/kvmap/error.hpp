@@ -1,0 +1,55 @@
+#pragma once
+// Exception types of kvmap and the checks that raise them.
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace kvmap {
+
+// Base of everything kvmap throws.
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Bad values or shapes.
+class ValueError : public Error {
+ public:
+  using Error::Error;
+};
+
+// Bad dtype, device, memory space or kind of argument.
+class TypeError : public Error {
+ public:
+  using Error::Error;
+};
+
+// Thrown on ranks that did not fail themselves when another rank failed inside a
+// collective call. what() carries the first failing rank's message.
+class RemoteError : public Error {
+ public:
+  RemoteError(std::vector<int> failed_ranks, const std::string& first_message);
+  const std::vector<int>& failed_ranks() const noexcept { return failed_ranks_; }
+
+ private:
+  std::vector<int> failed_ranks_;
+};
+
+namespace Impl {
+[[noreturn]] void throw_value_error(const std::string& message);
+[[noreturn]] void throw_type_error(const std::string& message);
+}  // namespace Impl
+
+}  // namespace kvmap
+
+// KVMAP_CHECK(cond, kvmap::ValueError, "split " << s << " out of range"): throws the given
+// exception type with a streamed message when cond is false.
+#define KVMAP_CHECK(cond, ExceptionType, message)   \
+  do {                                              \
+    if (!(cond)) {                                  \
+      std::ostringstream kvmap_check_stream_;       \
+      kvmap_check_stream_ << message;               \
+      throw ExceptionType(kvmap_check_stream_.str()); \
+    }                                               \
+  } while (false)

@@ -1,0 +1,85 @@
+#pragma once
+// Counter-based, process-count-invariant random numbers: the value of every element
+// depends only on (seed, stream, global index), never on the number of ranks or chunks.
+#include <Kokkos_Core.hpp>
+
+#include <cstdint>
+#include <optional>
+
+#include "kvmap/comm.hpp"
+#include "kvmap/dist_view.hpp"
+
+namespace kvmap {
+
+// Collective: sets the seed of kvmap's random streams on every rank of comm (the seed must
+// be the same on every rank) and restarts the stream counter.
+void manual_seed(std::uint64_t seed, const Comm& comm = Comm::world());
+std::uint64_t initial_seed();
+
+namespace random {
+
+// Uniform in [0, 1) / standard normal, for Float32 or Float64. Without a seed the current
+// kvmap seed is used and each call draws a fresh stream (the same on every rank).
+template <class MemorySpace = Kokkos::DefaultExecutionSpace::memory_space>
+DistView<MemorySpace> uniform(Shape gshape, DType dtype, std::optional<int> split,
+                              Comm comm = Comm::world(),
+                              std::optional<std::uint64_t> seed = std::nullopt);
+template <class MemorySpace = Kokkos::DefaultExecutionSpace::memory_space>
+DistView<MemorySpace> normal(Shape gshape, DType dtype, std::optional<int> split,
+                             Comm comm = Comm::world(),
+                             std::optional<std::uint64_t> seed = std::nullopt);
+
+}  // namespace random
+
+namespace Impl {
+
+// Philox4x32-10 (Salmon et al., SC'11): 4 x 32 random bits from a 128-bit counter and a
+// 64-bit key.
+struct Philox4x32 {
+  std::uint32_t v[4];
+};
+
+KOKKOS_INLINE_FUNCTION Philox4x32 philox4x32(std::uint64_t counter_lo, std::uint64_t counter_hi,
+                                             std::uint64_t key) {
+  std::uint32_t c0 = static_cast<std::uint32_t>(counter_lo),
+                c1 = static_cast<std::uint32_t>(counter_lo >> 32),
+                c2 = static_cast<std::uint32_t>(counter_hi),
+                c3 = static_cast<std::uint32_t>(counter_hi >> 32);
+  std::uint32_t k0 = static_cast<std::uint32_t>(key), k1 = static_cast<std::uint32_t>(key >> 32);
+  for (int round = 0; round < 10; ++round) {
+    const std::uint64_t p0 = static_cast<std::uint64_t>(0xD2511F53u) * c0;
+    const std::uint64_t p1 = static_cast<std::uint64_t>(0xCD9E8D57u) * c2;
+    const std::uint32_t hi0 = static_cast<std::uint32_t>(p0 >> 32), lo0 = static_cast<std::uint32_t>(p0);
+    const std::uint32_t hi1 = static_cast<std::uint32_t>(p1 >> 32), lo1 = static_cast<std::uint32_t>(p1);
+    c0 = hi1 ^ c1 ^ k0;
+    c1 = lo1;
+    c2 = hi0 ^ c3 ^ k1;
+    c3 = lo0;
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  return Philox4x32{{c0, c1, c2, c3}};
+}
+
+// Uniform in [0, 1) with the full mantissa of the target type (never rounds up to 1).
+KOKKOS_INLINE_FUNCTION double uniform_double(std::uint32_t a, std::uint32_t b) {
+  const std::uint64_t bits = (static_cast<std::uint64_t>(a) << 32 | b) >> 11;
+  return static_cast<double>(bits) * (1.0 / 9007199254740992.0);
+}
+KOKKOS_INLINE_FUNCTION float uniform_float(std::uint32_t a) {
+  return static_cast<float>(a >> 8) * (1.0f / 16777216.0f);
+}
+// Standard normal from two 64-bit words by Box-Muller (u1 in (0, 1]).
+KOKKOS_INLINE_FUNCTION double normal_double(const Philox4x32& r) {
+  const double u1 = 1.0 - uniform_double(r.v[0], r.v[1]);
+  const double u2 = uniform_double(r.v[2], r.v[3]);
+  return math::sqrt(-2.0 * math::log(u1)) * math::cos(6.283185307179586 * u2);
+}
+
+// The key of stream `stream` under `seed`; distinct (seed, stream) pairs give distinct keys.
+std::uint64_t stream_key(std::uint64_t seed, std::uint64_t stream);
+// Next stream number of the seeded generator (advanced identically on every rank).
+std::uint64_t next_stream();
+
+}  // namespace Impl
+}  // namespace kvmap

@@ -1,0 +1,28 @@
+#pragma once
+// Process-local counters of what the runtime did since start (or the last reset_stats()).
+#include <cstdint>
+
+namespace kvmap {
+
+struct Stats {
+  std::uint64_t bytes_copied = 0;     // bytes the runtime copied (packing, materializing, slices)
+  std::uint64_t vmap_calls = 0;       // completed or failed kvmap::vmap invocations
+  std::uint64_t chunks_run = 0;       // chunks executed by the vmap scheduler
+  std::uint64_t collectives = 0;      // MPI collectives issued through kvmap::Comm
+  std::uint64_t bytes_allocated = 0;  // bytes the runtime allocated in Kokkos memory spaces
+  std::int64_t bytes_live = 0;        // of those, still allocated now (not reset by reset_stats)
+};
+
+Stats stats();
+void reset_stats();
+
+namespace Impl {
+void count_bytes_copied(std::uint64_t n);
+void count_vmap_call();
+void count_chunks(std::uint64_t n);
+void count_collective();
+void count_allocation(std::uint64_t n);
+void count_deallocation(std::uint64_t n);
+}  // namespace Impl
+
+}  // namespace kvmap

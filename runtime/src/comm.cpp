@@ -1,0 +1,346 @@
+#include "kvmap/comm.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <climits>
+#include <mutex>
+
+#include "kvmap/stats.hpp"
+
+namespace kvmap {
+
+namespace {
+
+std::atomic<std::size_t> g_count_limit{static_cast<std::size_t>(INT_MAX)};
+
+void check_mpi(int rc, const char* call) {
+  if (rc == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, text, &len);
+  throw Error(std::string("kvmap: ") + call + " failed: " + std::string(text, len));
+}
+
+void require_mpi() {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (!initialized || finalized) {
+    throw Error(
+        "kvmap: MPI is not initialized (create a kvmap::ScopeGuard, or call MPI_Init, first)");
+  }
+}
+
+MPI_Datatype mpi_type(DType dtype) {
+  switch (dtype) {
+    case DType::Bool: return MPI_C_BOOL;
+    case DType::UInt8: return MPI_UINT8_T;
+    case DType::Int8: return MPI_INT8_T;
+    case DType::Int16: return MPI_INT16_T;
+    case DType::Int32: return MPI_INT32_T;
+    case DType::Int64: return MPI_INT64_T;
+    case DType::Float32: return MPI_FLOAT;
+    case DType::Float64: return MPI_DOUBLE;
+    case DType::Complex64: return MPI_C_FLOAT_COMPLEX;
+    case DType::Complex128: return MPI_C_DOUBLE_COMPLEX;
+    case DType::Float16:
+    case DType::BFloat16:
+      break;
+  }
+  throw TypeError(std::string("kvmap: MPI reductions do not support dtype ") + name(dtype));
+}
+
+bool fits(std::size_t n) { return n <= g_count_limit.load(); }
+
+}  // namespace
+
+struct Comm::Handle {
+  MPI_Comm comm = MPI_COMM_NULL;
+  explicit Handle(MPI_Comm parent) {
+    require_mpi();
+    check_mpi(MPI_Comm_dup(parent, &comm), "MPI_Comm_dup");
+  }
+  ~Handle() {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized && comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
+  }
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+};
+
+namespace {
+std::mutex g_cache_mutex;
+std::shared_ptr<void> g_world, g_self;
+}  // namespace
+
+Comm::Comm(std::shared_ptr<Handle> handle) : handle_(std::move(handle)) {
+  MPI_Comm_rank(handle_->comm, &rank_);
+  MPI_Comm_size(handle_->comm, &size_);
+}
+
+Comm::Comm() : Comm(world()) {}
+
+Comm::Comm(MPI_Comm comm) : Comm(std::make_shared<Handle>(comm)) {}
+
+Comm Comm::world() {
+  std::lock_guard<std::mutex> lock(g_cache_mutex);
+  if (!g_world) g_world = std::make_shared<Handle>(MPI_COMM_WORLD);
+  return Comm(std::static_pointer_cast<Handle>(g_world));
+}
+
+Comm Comm::self() {
+  std::lock_guard<std::mutex> lock(g_cache_mutex);
+  if (!g_self) g_self = std::make_shared<Handle>(MPI_COMM_SELF);
+  return Comm(std::static_pointer_cast<Handle>(g_self));
+}
+
+MPI_Comm Comm::raw() const { return handle_->comm; }
+
+void Comm::barrier() const {
+  Impl::count_collective();
+  check_mpi(MPI_Barrier(handle_->comm), "MPI_Barrier");
+}
+
+void Comm::allgather_bytes(const void* mine, std::size_t nbytes, void* all) const {
+  Impl::count_collective();
+  if (fits(nbytes * static_cast<std::size_t>(size_))) {
+    check_mpi(MPI_Allgather(mine, static_cast<int>(nbytes), MPI_BYTE, all, static_cast<int>(nbytes),
+                            MPI_BYTE, handle_->comm),
+              "MPI_Allgather");
+    return;
+  }
+  std::vector<std::size_t> counts(size_, nbytes), displs(size_);
+  for (int r = 0; r < size_; ++r) displs[r] = nbytes * static_cast<std::size_t>(r);
+  allgatherv_bytes(mine, nbytes, all, counts, displs);
+}
+
+std::vector<std::string> Comm::allgather_strings(const std::string& mine) const {
+  const std::vector<std::uint64_t> lengths = allgather<std::uint64_t>(mine.size());
+  std::vector<std::size_t> counts(size_), displs(size_);
+  std::size_t total = 0;
+  for (int r = 0; r < size_; ++r) {
+    counts[r] = lengths[r];
+    displs[r] = total;
+    total += lengths[r];
+  }
+  std::string all(total, '\0');
+  allgatherv_bytes(mine.data(), mine.size(), all.data(), counts, displs);
+  std::vector<std::string> out(size_);
+  for (int r = 0; r < size_; ++r) out[r] = all.substr(displs[r], counts[r]);
+  return out;
+}
+
+void Comm::bcast_bytes(void* data, std::size_t nbytes, int root) const {
+  Impl::count_collective();
+  const std::size_t limit = std::max<std::size_t>(1, g_count_limit.load());
+  auto* p = static_cast<unsigned char*>(data);
+  // Every rank knows nbytes, so every rank cuts the same pieces.
+  std::size_t done = 0;
+  do {
+    const std::size_t piece = std::min(limit, nbytes - done);
+    check_mpi(MPI_Bcast(p + done, static_cast<int>(piece), MPI_BYTE, root, handle_->comm),
+              "MPI_Bcast");
+    done += piece;
+  } while (done < nbytes);
+}
+
+void Comm::allreduce_sum(void* data, std::size_t n, DType dtype) const {
+  Impl::count_collective();
+  KVMAP_CHECK(fits(n), ValueError, "kvmap: allreduce of " << n << " values exceeds the MPI count limit");
+  check_mpi(MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(n), mpi_type(dtype), MPI_SUM,
+                          handle_->comm),
+            "MPI_Allreduce");
+}
+
+void Comm::allreduce_max(void* data, std::size_t n, DType dtype) const {
+  Impl::count_collective();
+  KVMAP_CHECK(!is_complex(dtype), TypeError, "kvmap: max-reduction of complex values");
+  KVMAP_CHECK(fits(n), ValueError, "kvmap: allreduce of " << n << " values exceeds the MPI count limit");
+  check_mpi(MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(n), mpi_type(dtype), MPI_MAX,
+                          handle_->comm),
+            "MPI_Allreduce");
+}
+
+namespace {
+// Pairwise exchange in pieces of at most `limit` bytes; used above the MPI count limit.
+void exchange_in_pieces(MPI_Comm comm, int rank, int size, const unsigned char* send,
+                        const std::vector<std::size_t>& send_counts,
+                        const std::vector<std::size_t>& send_displs, unsigned char* recv,
+                        const std::vector<std::size_t>& recv_counts,
+                        const std::vector<std::size_t>& recv_displs) {
+  const std::size_t limit = std::max<std::size_t>(1, g_count_limit.load());
+  std::vector<MPI_Request> requests;
+  auto post = [&](bool is_recv, int peer, std::size_t count, std::size_t displ) {
+    std::size_t piece_index = 0;
+    for (std::size_t done = 0; done < count; done += limit, ++piece_index) {
+      const int n = static_cast<int>(std::min(limit, count - done));
+      // Messages between one pair are non-overtaking, so wrapping tags keep the order.
+      const int tag = static_cast<int>(piece_index % 32768);
+      MPI_Request req;
+      if (is_recv) {
+        check_mpi(MPI_Irecv(recv + displ + done, n, MPI_BYTE, peer, tag, comm, &req), "MPI_Irecv");
+      } else {
+        check_mpi(MPI_Isend(send + displ + done, n, MPI_BYTE, peer, tag, comm, &req), "MPI_Isend");
+      }
+      requests.push_back(req);
+    }
+  };
+  for (int p = 0; p < size; ++p) {
+    if (p != rank) post(true, p, recv_counts[p], recv_displs[p]);
+  }
+  for (int k = 1; k < size; ++k) {
+    const int p = (rank + k) % size;
+    post(false, p, send_counts[p], send_displs[p]);
+  }
+  if (send_counts[rank] > 0) {
+    std::memcpy(recv + recv_displs[rank], send + send_displs[rank], send_counts[rank]);
+  }
+  check_mpi(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE),
+            "MPI_Waitall");
+}
+
+std::vector<int> to_int(const std::vector<std::size_t>& v) {
+  return std::vector<int>(v.begin(), v.end());
+}
+}  // namespace
+
+void Comm::alltoallv_bytes(const void* send, const std::vector<std::size_t>& send_counts,
+                           const std::vector<std::size_t>& send_displs, void* recv,
+                           const std::vector<std::size_t>& recv_counts,
+                           const std::vector<std::size_t>& recv_displs,
+                           std::size_t global_max) const {
+  Impl::count_collective();
+  const auto n = static_cast<std::size_t>(size_);
+  KVMAP_CHECK(send_counts.size() == n && send_displs.size() == n && recv_counts.size() == n &&
+                  recv_displs.size() == n,
+              ValueError, "kvmap: alltoallv needs one count and displacement per rank");
+  if (fits(global_max)) {
+    const auto sc = to_int(send_counts), sd = to_int(send_displs), rc = to_int(recv_counts),
+               rd = to_int(recv_displs);
+    check_mpi(MPI_Alltoallv(send, sc.data(), sd.data(), MPI_BYTE, recv, rc.data(), rd.data(),
+                            MPI_BYTE, handle_->comm),
+              "MPI_Alltoallv");
+    return;
+  }
+  exchange_in_pieces(handle_->comm, rank_, size_, static_cast<const unsigned char*>(send),
+                     send_counts, send_displs, static_cast<unsigned char*>(recv), recv_counts,
+                     recv_displs);
+}
+
+void Comm::allgatherv_bytes(const void* send, std::size_t send_count, void* recv,
+                            const std::vector<std::size_t>& counts,
+                            const std::vector<std::size_t>& displs) const {
+  Impl::count_collective();
+  const auto n = static_cast<std::size_t>(size_);
+  KVMAP_CHECK(counts.size() == n && displs.size() == n, ValueError,
+              "kvmap: allgatherv needs one count and displacement per rank");
+  KVMAP_CHECK(counts[rank_] == send_count, ValueError,
+              "kvmap: allgatherv send count " << send_count << " differs from counts[" << rank_
+                                              << "] = " << counts[rank_]);
+  std::size_t global_max = 0;
+  for (std::size_t r = 0; r < n; ++r) global_max = std::max(global_max, displs[r] + counts[r]);
+  if (fits(global_max)) {
+    const auto c = to_int(counts), d = to_int(displs);
+    check_mpi(MPI_Allgatherv(send, static_cast<int>(send_count), MPI_BYTE, recv, c.data(),
+                             d.data(), MPI_BYTE, handle_->comm),
+              "MPI_Allgatherv");
+    return;
+  }
+  std::vector<std::size_t> send_counts(n, send_count), send_displs(n, 0);
+  exchange_in_pieces(handle_->comm, rank_, size_, static_cast<const unsigned char*>(send),
+                     send_counts, send_displs, static_cast<unsigned char*>(recv), counts, displs);
+}
+
+std::string message_of(std::exception_ptr error) {
+  if (!error) return {};
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "unknown exception (not derived from std::exception)";
+  }
+}
+
+void Comm::agree(std::exception_ptr local_error) const {
+  agree_gather_bytes(local_error, nullptr, 0);
+}
+
+std::vector<unsigned char> Comm::agree_gather_bytes(std::exception_ptr local_error,
+                                                    const void* payload,
+                                                    std::size_t nbytes) const {
+  constexpr std::size_t kHeader = 8;  // status word, padded so payloads stay aligned
+  const std::size_t stride = kHeader + nbytes;
+  std::vector<unsigned char> mine(stride, 0), all(stride * static_cast<std::size_t>(size_));
+  const std::int32_t failed_flag = local_error ? 1 : 0;
+  std::memcpy(mine.data(), &failed_flag, sizeof failed_flag);
+  if (nbytes > 0) std::memcpy(mine.data() + kHeader, payload, nbytes);
+  allgather_bytes(mine.data(), stride, all.data());
+
+  std::vector<int> failed;
+  for (int r = 0; r < size_; ++r) {
+    std::int32_t flag = 0;
+    std::memcpy(&flag, all.data() + stride * r, sizeof flag);
+    if (flag) failed.push_back(r);
+  }
+  if (!failed.empty()) {
+    // Only on the failure path: the failing ranks' messages travel to everyone.
+    const std::vector<std::string> messages = allgather_strings(message_of(local_error));
+    if (local_error) std::rethrow_exception(local_error);
+    throw_remote(failed, messages[failed.front()]);
+  }
+  std::vector<unsigned char> payloads(nbytes * static_cast<std::size_t>(size_));
+  for (int r = 0; r < size_; ++r) {
+    if (nbytes > 0) std::memcpy(payloads.data() + nbytes * r, all.data() + stride * r + kHeader, nbytes);
+  }
+  return payloads;
+}
+
+namespace {
+std::uint64_t fnv1a(const std::string& text) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : text) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+}  // namespace
+
+void Comm::agree_arguments(std::exception_ptr local_error, const std::string& what,
+                           const std::string& signature) const {
+  const std::vector<std::uint64_t> hashes = agree_gather(local_error, fnv1a(signature));
+  std::vector<int> differing;
+  for (int r = 1; r < size_; ++r) {
+    if (hashes[r] != hashes[0]) differing.push_back(r);
+  }
+  if (differing.empty()) return;
+  // Failure path only: every rank learns what the others passed.
+  const std::vector<std::string> all = allgather_strings(signature);
+  std::vector<std::string> messages;
+  for (int r : differing) {
+    messages.push_back("kvmap: " + what + " is collective and needs the same arguments on every "
+                       "rank, but rank " + std::to_string(r) + " called " + all[r] +
+                       " while rank 0 called " + all[0]);
+  }
+  raise_detected<ValueError>(differing, messages);
+}
+
+void Comm::throw_remote(const std::vector<int>& failed, const std::string& first) const {
+  throw RemoteError(failed, first);
+}
+
+namespace Impl {
+std::size_t mpi_count_limit() { return g_count_limit.load(); }
+void set_mpi_count_limit(std::size_t limit) {
+  g_count_limit = std::min<std::size_t>(std::max<std::size_t>(limit, 1), INT_MAX);
+}
+void release_cached_comms() {
+  std::lock_guard<std::mutex> lock(g_cache_mutex);
+  g_world.reset();
+  g_self.reset();
+}
+}  // namespace Impl
+
+}  // namespace kvmap

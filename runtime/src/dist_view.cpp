@@ -1,0 +1,237 @@
+#include "kvmap/dist_view.hpp"
+
+#include <ATen/ATen.h>
+
+#include <sstream>
+
+#include "kvmap/error.hpp"
+#include "kvmap/stats.hpp"
+#include "kvmap/tensor_bridge.hpp"
+
+namespace kvmap {
+
+namespace Impl {
+
+void check_local_view(DType have, DType want, const LocalBlock& block, int rank,
+                      const std::int64_t* static_extents, ViewLayoutKind kind) {
+  const int ndim = static_cast<int>(block.extents.size());
+  KVMAP_CHECK(have == want, TypeError,
+              "kvmap::DistView::local_view: the array holds " << name(have)
+                                                              << " but the view asks for "
+                                                              << name(want));
+  KVMAP_CHECK(rank == ndim, TypeError,
+              "kvmap::DistView::local_view: the array has " << ndim << " dimensions but the view "
+                                                            << "has rank " << rank);
+  for (int d = 0; d < rank; ++d) {
+    KVMAP_CHECK(static_extents[d] < 0 || static_extents[d] == block.extents[d], TypeError,
+                "kvmap::DistView::local_view: static extent " << static_extents[d] << " of axis "
+                                                              << d << " differs from the local "
+                                                              << "shape " << to_string(block.extents));
+  }
+  if (kind == ViewLayoutKind::Stride) return;
+  // Only axes of extent > 1 constrain the strides of a contiguous layout.
+  std::int64_t expect = 1;
+  auto check_axis = [&](int d) {
+    if (block.extents[d] > 1) {
+      KVMAP_CHECK(block.strides[d] == expect, TypeError,
+                  "kvmap::DistView::local_view: the local shard (shape "
+                      << to_string(block.extents) << ", strides " << to_string(block.strides)
+                      << ") is not " << (kind == ViewLayoutKind::Right ? "LayoutRight" : "LayoutLeft")
+                      << "-contiguous; ask for Kokkos::LayoutStride");
+    }
+    expect *= block.extents[d] > 0 ? block.extents[d] : 1;
+  };
+  if (kind == ViewLayoutKind::Right) {
+    for (int d = ndim - 1; d >= 0; --d) check_axis(d);
+  } else {
+    for (int d = 0; d < ndim; ++d) check_axis(d);
+  }
+}
+
+std::string split_str(std::optional<int> split) {
+  return split ? std::to_string(*split) : std::string("None");
+}
+
+}  // namespace Impl
+
+template <class M>
+DistView<M> DistView<M>::create(const char* what, Shape gshape, DType dtype,
+                                std::optional<int> split, Comm comm, int fill, double value) {
+  std::ostringstream sig;
+  sig << what << "(gshape=" << to_string(gshape) << ", dtype=" << static_cast<int>(dtype)
+      << ", split=" << Impl::split_str(split);
+  if (fill == 2) sig << ", value=" << value;
+  sig << ")";
+  std::exception_ptr error;
+  std::optional<Layout> layout;
+  Impl::LocalBlock block;
+  try {
+    dtype_from_int(static_cast<int>(dtype));
+    layout = Layout::balanced(gshape, split, comm.size());
+    block = Impl::allocate_block<M>(layout->lshape(comm.rank()), size_of(dtype));
+    if (fill != 0) {
+      at::Tensor t = Impl::tensor_from_block(block, dtype, Impl::device_of<M>());
+      if (fill == 1) t.zero_();
+      if (fill == 2) t.fill_(value);
+      if (fill == 3) {
+        const std::int64_t off = layout->is_replicated() ? 0 : layout->offset(comm.rank());
+        at::arange_out(t, off, off + t.numel(), 1);
+      }
+    }
+  } catch (...) {
+    error = std::current_exception();
+  }
+  comm.agree_arguments(error, std::string("DistView::") + what, sig.str());
+  return DistView(std::move(*layout), dtype, std::move(comm), std::move(block));
+}
+
+template <class M>
+DistView<M> DistView<M>::empty(Shape gshape, DType dtype, std::optional<int> split, Comm comm) {
+  return create("empty", std::move(gshape), dtype, split, std::move(comm), 0, 0.0);
+}
+
+template <class M>
+DistView<M> DistView<M>::zeros(Shape gshape, DType dtype, std::optional<int> split, Comm comm) {
+  return create("zeros", std::move(gshape), dtype, split, std::move(comm), 1, 0.0);
+}
+
+template <class M>
+DistView<M> DistView<M>::full(Shape gshape, double value, DType dtype, std::optional<int> split,
+                              Comm comm) {
+  return create("full", std::move(gshape), dtype, split, std::move(comm), 2, value);
+}
+
+template <class M>
+DistView<M> DistView<M>::arange(std::int64_t n, DType dtype, std::optional<int> split, Comm comm) {
+  return create("arange", Shape{n}, dtype, split, std::move(comm), 3, 0.0);
+}
+
+namespace {
+// What each rank contributes to from_local's one collective.
+struct LocalMeta {
+  std::int32_t split_given;
+  std::int32_t split;
+  std::int32_t ndim;
+  std::int32_t dtype;
+  std::int64_t extents[Impl::kMaxRank];
+};
+
+std::string describe(const LocalMeta& m) {
+  Shape s(m.extents, m.extents + std::min(m.ndim, Impl::kMaxRank));
+  std::ostringstream os;
+  os << "shape " << to_string(s) << " and dtype "
+     << (m.dtype >= 0 && m.dtype < kNumDTypes ? name(static_cast<DType>(m.dtype)) : "?");
+  return os.str();
+}
+}  // namespace
+
+template <class M>
+DistView<M> DistView<M>::from_local_block(Impl::LocalBlock block, DType dtype,
+                                          std::optional<int> split, Comm comm,
+                                          std::exception_ptr error) {
+  LocalMeta meta;
+  std::memset(&meta, 0, sizeof meta);
+  const int ndim = static_cast<int>(block.extents.size());
+  if (!error) {
+    try {
+      Impl::checked_span_bytes(block.extents, block.strides, size_of(dtype));
+      KVMAP_CHECK(!split || ndim > 0, ValueError,
+                  "kvmap::DistView::from_local: a 0-dimensional array cannot be split (split="
+                      << *split << "); pass split=std::nullopt");
+      if (split) meta.split = Impl::normalize_axis(*split, ndim, "split axis");
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+  meta.split_given = split ? 1 : 0;
+  meta.ndim = ndim;
+  meta.dtype = static_cast<std::int32_t>(dtype);
+  for (int d = 0; d < std::min(ndim, Impl::kMaxRank); ++d) meta.extents[d] = block.extents[d];
+  const std::vector<LocalMeta> all = comm.agree_gather(error, meta);
+
+  // Every rank runs the same checks on the same gathered data and reaches the same verdict.
+  const LocalMeta& ref = all[0];
+  std::vector<int> bad;
+  std::vector<std::string> messages;
+  for (int r = 1; r < comm.size(); ++r) {
+    const LocalMeta& m = all[r];
+    std::ostringstream why;
+    if (m.split_given != ref.split_given || (m.split_given && m.split != ref.split)) {
+      why << "rank " << r << " passed split="
+          << (m.split_given ? std::to_string(m.split) : "None") << " but rank 0 passed split="
+          << (ref.split_given ? std::to_string(ref.split) : "None");
+    } else {
+      bool same = m.ndim == ref.ndim && m.dtype == ref.dtype;
+      for (int d = 0; same && d < m.ndim; ++d) {
+        if ((!ref.split_given || d != ref.split) && m.extents[d] != ref.extents[d]) same = false;
+      }
+      if (!same) {
+        why << "rank " << r << " has a local shard of " << describe(m) << " but rank 0 has "
+            << describe(ref) << "; "
+            << (ref.split_given ? "all extents except the split axis " + std::to_string(ref.split)
+                                : std::string("a replicated array needs identical shapes"))
+            << " and the dtype must agree on every rank";
+      }
+    }
+    if (!why.str().empty()) {
+      bad.push_back(r);
+      messages.push_back("kvmap::DistView::from_local: " + why.str());
+    }
+  }
+  if (!bad.empty()) comm.raise_detected<ValueError>(bad, messages);
+
+  Shape gshape(ref.extents, ref.extents + ref.ndim);
+  if (!split) {
+    Layout layout = Layout::replicated(gshape, comm.size());
+    return DistView(std::move(layout), dtype, std::move(comm), std::move(block));
+  }
+  std::vector<std::int64_t> counts(comm.size());
+  std::int64_t total = 0;
+  for (int r = 0; r < comm.size(); ++r) {
+    counts[r] = all[r].extents[ref.split];
+    KVMAP_CHECK(counts[r] <= std::numeric_limits<std::int64_t>::max() - total, ValueError,
+                "kvmap::DistView::from_local: the split extents sum beyond int64");
+    total += counts[r];
+  }
+  gshape[ref.split] = total;
+  Layout layout = Layout::from_counts(std::move(gshape), ref.split, std::move(counts));
+  return DistView(std::move(layout), dtype, std::move(comm), std::move(block));
+}
+
+template <class M>
+DistView<M> DistView<M>::from_local(const at::Tensor& local, std::optional<int> split, Comm comm) {
+  std::exception_ptr error;
+  Impl::LocalBlock block;
+  DType dtype = DType::Float32;
+  try {
+    block = Impl::block_from_tensor(local);
+    dtype = from_torch(local.scalar_type());
+    const Impl::DeviceSpec want = Impl::device_of<M>(), have = Impl::device_spec_of(local);
+    KVMAP_CHECK(want.kind == have.kind && (want.kind == Impl::DeviceKind::CPU || want.index == have.index),
+                TypeError,
+                "kvmap::DistView::from_local: the tensor is on " << local.device()
+                                                                 << " but this DistView's memory "
+                                                                 << "space maps to "
+                                                                 << Impl::torch_device(want));
+  } catch (...) {
+    error = std::current_exception();
+  }
+  return from_local_block(std::move(block), dtype, split, std::move(comm), error);
+}
+
+template <class M>
+at::Tensor DistView<M>::local() const {
+  return Impl::tensor_from_block(block_, dtype_, Impl::device_of<M>());
+}
+
+template <class M>
+std::vector<Shape> DistView<M>::lshape_map() const {
+  std::vector<Shape> out;
+  for (int r = 0; r < layout_.nranks(); ++r) out.push_back(layout_.lshape(r));
+  return out;
+}
+
+#define KVMAP_INSTANTIATE_DIST_VIEW(Space) template class DistView<Space>;
+KVMAP_FOR_EACH_MEMORY_SPACE(KVMAP_INSTANTIATE_DIST_VIEW)
+
+}  // namespace kvmap

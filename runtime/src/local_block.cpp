@@ -1,0 +1,85 @@
+#include "kvmap/impl/local_block.hpp"
+
+#include <limits>
+
+#include "kvmap/error.hpp"
+#include "kvmap/impl/box_copy.hpp"
+#include "kvmap/layout.hpp"
+
+namespace kvmap::Impl {
+
+std::vector<std::int64_t> row_major_strides(const std::vector<std::int64_t>& extents) {
+  std::vector<std::int64_t> strides(extents.size());
+  std::int64_t s = 1;
+  for (std::size_t d = extents.size(); d-- > 0;) {
+    strides[d] = s;
+    s *= extents[d] > 0 ? extents[d] : 1;
+  }
+  return strides;
+}
+
+std::size_t checked_span_bytes(const std::vector<std::int64_t>& extents,
+                               const std::vector<std::int64_t>& strides, std::size_t itemsize) {
+  KVMAP_CHECK(extents.size() == strides.size(), ValueError,
+              "kvmap: " << extents.size() << " extents but " << strides.size() << " strides");
+  KVMAP_CHECK(static_cast<int>(extents.size()) <= kMaxRank, ValueError,
+              "kvmap: arrays have at most " << kMaxRank << " dimensions, got " << extents.size());
+  KVMAP_CHECK(itemsize > 0 && itemsize <= 16, ValueError, "kvmap: invalid element size " << itemsize);
+  for (std::size_t d = 0; d < extents.size(); ++d) {
+    KVMAP_CHECK(extents[d] >= 0, ValueError,
+                "kvmap: negative extent " << extents[d] << " in shape " << to_string(extents));
+    KVMAP_CHECK(strides[d] >= 0, ValueError,
+                "kvmap: negative stride " << strides[d] << " in strides " << to_string(strides)
+                                          << " (only non-negative strides are supported)");
+  }
+  for (std::int64_t e : extents) {
+    if (e == 0) return 0;
+  }
+  // Largest element offset = sum (extent - 1) * stride, computed without overflow.
+  constexpr std::uint64_t kMax = std::numeric_limits<std::int64_t>::max();
+  std::uint64_t last = 0;
+  for (std::size_t d = 0; d < extents.size(); ++d) {
+    const auto e = static_cast<std::uint64_t>(extents[d] - 1);
+    const auto s = static_cast<std::uint64_t>(strides[d]);
+    KVMAP_CHECK(s == 0 || e <= (kMax - last) / s, ValueError,
+                "kvmap: shape " << to_string(extents) << " with strides " << to_string(strides)
+                                << " spans more elements than int64 can address");
+    last += e * s;
+  }
+  KVMAP_CHECK(last + 1 <= std::numeric_limits<std::size_t>::max() / itemsize, ValueError,
+              "kvmap: shape " << to_string(extents) << " spans more bytes than size_t can count");
+  return static_cast<std::size_t>((last + 1) * itemsize);
+}
+
+BoxGeometry make_box_geometry(const std::vector<std::int64_t>& extents,
+                              const std::vector<std::int64_t>& src_strides,
+                              const std::vector<std::int64_t>& dst_strides) {
+  BoxGeometry g;
+  // Drop unit axes, then merge neighbours that are contiguous in both source and destination.
+  for (std::size_t d = 0; d < extents.size(); ++d) {
+    if (extents[d] == 1) continue;
+    if (g.ndim > 0) {
+      const int p = g.ndim - 1;
+      if (g.src_strides[p] == src_strides[d] * extents[d] &&
+          g.dst_strides[p] == dst_strides[d] * extents[d]) {
+        g.extents[p] *= extents[d];
+        g.src_strides[p] = src_strides[d];
+        g.dst_strides[p] = dst_strides[d];
+        continue;
+      }
+    }
+    g.extents[g.ndim] = extents[d];
+    g.src_strides[g.ndim] = src_strides[d];
+    g.dst_strides[g.ndim] = dst_strides[d];
+    ++g.ndim;
+  }
+  if (g.ndim == 0) {  // a single element
+    g.ndim = 1;
+    g.extents[0] = 1;
+    g.src_strides[0] = 1;
+    g.dst_strides[0] = 1;
+  }
+  return g;
+}
+
+}  // namespace kvmap::Impl

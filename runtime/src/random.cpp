@@ -1,0 +1,138 @@
+#include "kvmap/random.hpp"
+
+#include <atomic>
+#include <mutex>
+
+#include "kvmap/error.hpp"
+
+namespace kvmap {
+
+namespace {
+std::mutex g_seed_mutex;
+std::uint64_t g_seed = 0x6b766d6170ull;  // "kvmap"
+std::uint64_t g_stream = 0;
+
+std::uint64_t splitmix64(std::uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+enum class Distribution { Uniform, Normal };
+
+template <class M, class T>
+void fill_random(const DistView<M>& out, std::uint64_t key, Distribution dist) {
+  using Exec = typename DistView<M>::execution_space;
+  const Layout& L = out.layout();
+  const int ndim = L.ndim();
+  struct Geometry {
+    int ndim;
+    std::int64_t lext[Impl::kMaxRank];
+    std::int64_t gstride[Impl::kMaxRank];
+    std::int64_t lo[Impl::kMaxRank];
+  } g{};
+  g.ndim = ndim;
+  std::int64_t stride = 1;
+  for (int d = ndim - 1; d >= 0; --d) {
+    g.lext[d] = out.lshape()[d];
+    g.gstride[d] = stride;
+    stride *= L.gshape()[d];
+  }
+  if (L.split()) g.lo[*L.split()] = L.offset(out.comm().rank());
+  T* data = static_cast<T*>(out.local_data());
+  std::int64_t n = 1;
+  for (int d = 0; d < ndim; ++d) n *= g.lext[d];
+  const bool normal = dist == Distribution::Normal;
+  Kokkos::parallel_for(
+      "kvmap::random", Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::int64_t>>(0, n),
+      KOKKOS_LAMBDA(const std::int64_t i) {
+        std::int64_t rest = i, global = 0;
+        for (int d = g.ndim - 1; d >= 0; --d) {
+          global += (rest % g.lext[d] + g.lo[d]) * g.gstride[d];
+          rest /= g.lext[d];
+        }
+        const Impl::Philox4x32 r = Impl::philox4x32(static_cast<std::uint64_t>(global), 0, key);
+        if (normal) {
+          data[i] = static_cast<T>(Impl::normal_double(r));
+        } else if constexpr (std::is_same_v<T, float>) {
+          data[i] = Impl::uniform_float(r.v[0]);
+        } else {
+          data[i] = static_cast<T>(Impl::uniform_double(r.v[0], r.v[1]));
+        }
+      });
+  Exec().fence();
+}
+
+template <class M>
+DistView<M> make_random(const char* what, Shape gshape, DType dtype, std::optional<int> split,
+                        Comm comm, std::optional<std::uint64_t> seed, Distribution dist) {
+  std::exception_ptr error;
+  try {
+    KVMAP_CHECK(dtype == DType::Float32 || dtype == DType::Float64, TypeError,
+                "kvmap::random::" << what << ": dtype must be float32 or float64, got "
+                                  << name(dtype));
+  } catch (...) {
+    error = std::current_exception();
+  }
+  comm.agree(error);
+  DistView<M> out = DistView<M>::empty(std::move(gshape), dtype, split, comm);
+  // Seeded calls use stream 0 of that seed; unseeded calls advance the global stream.
+  const std::uint64_t key = seed ? Impl::stream_key(*seed, 0) : Impl::stream_key(initial_seed(), Impl::next_stream());
+  if (dtype == DType::Float32) {
+    fill_random<M, float>(out, key, dist);
+  } else {
+    fill_random<M, double>(out, key, dist);
+  }
+  return out;
+}
+
+}  // namespace
+
+void manual_seed(std::uint64_t seed, const Comm& comm) {
+  comm.agree_arguments(nullptr, "kvmap::manual_seed", "manual_seed(" + std::to_string(seed) + ")");
+  std::lock_guard<std::mutex> lock(g_seed_mutex);
+  g_seed = seed;
+  g_stream = 0;
+}
+
+std::uint64_t initial_seed() {
+  std::lock_guard<std::mutex> lock(g_seed_mutex);
+  return g_seed;
+}
+
+namespace Impl {
+std::uint64_t stream_key(std::uint64_t seed, std::uint64_t stream) {
+  return splitmix64(splitmix64(seed) ^ (stream * 0xD1B54A32D192ED03ull + 0x8CB92BA72F3D8DD7ull));
+}
+std::uint64_t next_stream() {
+  std::lock_guard<std::mutex> lock(g_seed_mutex);
+  return ++g_stream;
+}
+}  // namespace Impl
+
+namespace random {
+
+template <class M>
+DistView<M> uniform(Shape gshape, DType dtype, std::optional<int> split, Comm comm,
+                    std::optional<std::uint64_t> seed) {
+  return make_random<M>("uniform", std::move(gshape), dtype, split, std::move(comm), seed,
+                        Distribution::Uniform);
+}
+
+template <class M>
+DistView<M> normal(Shape gshape, DType dtype, std::optional<int> split, Comm comm,
+                   std::optional<std::uint64_t> seed) {
+  return make_random<M>("normal", std::move(gshape), dtype, split, std::move(comm), seed,
+                        Distribution::Normal);
+}
+
+#define KVMAP_INSTANTIATE_RANDOM(Space)                                                       \
+  template DistView<Space> uniform<Space>(Shape, DType, std::optional<int>, Comm,            \
+                                          std::optional<std::uint64_t>);                     \
+  template DistView<Space> normal<Space>(Shape, DType, std::optional<int>, Comm,             \
+                                         std::optional<std::uint64_t>);
+KVMAP_FOR_EACH_MEMORY_SPACE(KVMAP_INSTANTIATE_RANDOM)
+
+}  // namespace random
+}  // namespace kvmap

@@ -1,0 +1,354 @@
+// Redistribution of DistViews between layouts: one MPI collective per operation, with
+// packing and unpacking done by Kokkos kernels on the data's execution space.
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <sstream>
+
+#include "kvmap/dist_view.hpp"
+#include "kvmap/error.hpp"
+#include "kvmap/impl/box_copy.hpp"
+#include "kvmap/stats.hpp"
+#include "kvmap/tensor_bridge.hpp"
+
+namespace kvmap {
+
+namespace {
+
+// A half-open box of global indices.
+struct Box {
+  int ndim = 0;
+  std::int64_t lo[Impl::kMaxRank] = {};
+  std::int64_t hi[Impl::kMaxRank] = {};
+
+  std::int64_t volume() const {
+    std::int64_t v = 1;
+    for (int d = 0; d < ndim; ++d) v *= std::max<std::int64_t>(0, hi[d] - lo[d]);
+    return v;
+  }
+  std::vector<std::int64_t> extents() const {
+    std::vector<std::int64_t> e(ndim);
+    for (int d = 0; d < ndim; ++d) e[d] = std::max<std::int64_t>(0, hi[d] - lo[d]);
+    return e;
+  }
+};
+
+// The global indices rank r holds under layout L.
+Box held(const Layout& L, int r) {
+  Box b;
+  b.ndim = L.ndim();
+  for (int d = 0; d < b.ndim; ++d) b.hi[d] = L.gshape()[d];
+  if (L.split()) {
+    const int s = *L.split();
+    b.lo[s] = L.offset(r);
+    b.hi[s] = L.offset(r) + L.count(r);
+  }
+  return b;
+}
+
+Box intersect(const Box& a, const Box& b) {
+  Box c;
+  c.ndim = a.ndim;
+  for (int d = 0; d < a.ndim; ++d) {
+    c.lo[d] = std::max(a.lo[d], b.lo[d]);
+    c.hi[d] = std::max(c.lo[d], std::min(a.hi[d], b.hi[d]));
+  }
+  return c;
+}
+
+// Address of global index sub.lo inside a block that holds the box `whole`.
+const unsigned char* address(const Impl::LocalBlock& block, const Box& whole, const Box& sub,
+                             std::size_t itemsize) {
+  std::int64_t off = 0;
+  for (int d = 0; d < whole.ndim; ++d) off += (sub.lo[d] - whole.lo[d]) * block.strides[d];
+  return static_cast<const unsigned char*>(block.data) + off * static_cast<std::int64_t>(itemsize);
+}
+
+template <class Exec>
+void copy_sub_box(const Exec& exec, const Impl::LocalBlock& src, const Box& src_whole,
+                  const Impl::LocalBlock& dst, const Box& dst_whole, const Box& sub,
+                  std::size_t itemsize) {
+  if (sub.volume() == 0) return;
+  const auto g = Impl::make_box_geometry(sub.extents(), src.strides, dst.strides);
+  Impl::box_copy(exec, address(src, src_whole, sub, itemsize),
+                 const_cast<unsigned char*>(address(dst, dst_whole, sub, itemsize)), g, itemsize);
+  Impl::count_bytes_copied(static_cast<std::uint64_t>(sub.volume()) * itemsize);
+}
+
+// Contiguous (row-major) block over buffer memory.
+Impl::LocalBlock buffer_block(unsigned char* data, const Box& box) {
+  Impl::LocalBlock b;
+  b.data = data;
+  b.extents = box.extents();
+  b.strides = Impl::row_major_strides(b.extents);
+  return b;
+}
+
+template <class M>
+Kokkos::View<unsigned char*, M> scratch(std::size_t bytes) {
+  return Kokkos::View<unsigned char*, M>(
+      Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("kvmap::redistribute")), bytes);
+}
+
+// Moves src's data into a fresh DistView of layout `target`. Arguments were agreed.
+template <class M>
+DistView<M> move_data(const DistView<M>& src, const Layout& target) {
+  using Exec = typename DistView<M>::execution_space;
+  Exec exec;
+  const Comm& comm = src.comm();
+  const int me = comm.rank(), P = comm.size();
+  const std::size_t itemsize = src.itemsize();
+  const Layout& S = src.layout();
+  Impl::LocalBlock dst = Impl::allocate_block<M>(target.lshape(me), itemsize);
+  const Box my_src = held(S, me), my_dst = held(target, me);
+
+  if (S.is_replicated()) {
+    // Every rank already holds everything: keep my part, no communication.
+    copy_sub_box(exec, src.block(), my_src, dst, my_dst, my_dst, itemsize);
+    exec.fence();
+    return DistView<M>::from_parts(target, src.dtype(), comm, std::move(dst));
+  }
+
+  if (target.is_replicated()) {
+    std::vector<std::size_t> counts(P), displs(P);
+    std::size_t total = 0;
+    for (int r = 0; r < P; ++r) {
+      counts[r] = static_cast<std::size_t>(held(S, r).volume()) * itemsize;
+      displs[r] = total;
+      total += counts[r];
+    }
+    auto send = scratch<M>(counts[me]);
+    auto recv = scratch<M>(total);
+    copy_sub_box(exec, src.block(), my_src, buffer_block(send.data(), my_src), my_src, my_src,
+                 itemsize);
+    exec.fence();
+    comm.allgatherv_bytes(send.data(), counts[me], recv.data(), counts, displs);
+    for (int r = 0; r < P; ++r) {
+      const Box theirs = held(S, r);
+      copy_sub_box(exec, buffer_block(recv.data() + displs[r], theirs), theirs, dst, my_dst, theirs,
+                   itemsize);
+    }
+    exec.fence();
+    return DistView<M>::from_parts(target, src.dtype(), comm, std::move(dst));
+  }
+
+  std::vector<std::size_t> send_counts(P, 0), send_displs(P, 0), recv_counts(P, 0),
+      recv_displs(P, 0);
+  std::vector<Box> send_boxes(P), recv_boxes(P);
+  std::size_t send_total = 0, recv_total = 0;
+  for (int p = 0; p < P; ++p) {
+    send_boxes[p] = intersect(my_src, held(target, p));
+    recv_boxes[p] = intersect(held(S, p), my_dst);
+    if (p == me) continue;  // the local part is copied directly
+    send_counts[p] = static_cast<std::size_t>(send_boxes[p].volume()) * itemsize;
+    recv_counts[p] = static_cast<std::size_t>(recv_boxes[p].volume()) * itemsize;
+    send_displs[p] = send_total;
+    recv_displs[p] = recv_total;
+    send_total += send_counts[p];
+    recv_total += recv_counts[p];
+  }
+  // A bound every rank computes alike: no rank sends or receives more than it holds.
+  std::size_t global_max = 0;
+  for (int r = 0; r < P; ++r) {
+    global_max = std::max<std::size_t>(
+        global_max, static_cast<std::size_t>(std::max(held(S, r).volume(), held(target, r).volume())) *
+                        itemsize);
+  }
+  auto send = scratch<M>(send_total);
+  auto recv = scratch<M>(recv_total);
+  for (int p = 0; p < P; ++p) {
+    if (p == me) continue;
+    copy_sub_box(exec, src.block(), my_src, buffer_block(send.data() + send_displs[p], send_boxes[p]),
+                 send_boxes[p], send_boxes[p], itemsize);
+  }
+  copy_sub_box(exec, src.block(), my_src, dst, my_dst, send_boxes[me], itemsize);
+  exec.fence();
+  comm.alltoallv_bytes(send.data(), send_counts, send_displs, recv.data(), recv_counts, recv_displs,
+                       global_max);
+  for (int q = 0; q < P; ++q) {
+    if (q == me) continue;
+    copy_sub_box(exec, buffer_block(recv.data() + recv_displs[q], recv_boxes[q]), recv_boxes[q], dst,
+                 my_dst, recv_boxes[q], itemsize);
+  }
+  exec.fence();
+  return DistView<M>::from_parts(target, src.dtype(), comm, std::move(dst));
+}
+
+void check_device(const at::Tensor& t, Impl::DeviceSpec want, const char* what) {
+  const Impl::DeviceSpec have = Impl::device_spec_of(t);
+  KVMAP_CHECK(want.kind == have.kind && (want.kind == Impl::DeviceKind::CPU || want.index == have.index),
+              TypeError,
+              "kvmap::DistView::" << what << ": the tensor is on " << t.device()
+                                  << " but this DistView's memory space maps to "
+                                  << Impl::torch_device(want));
+}
+
+std::string split_str(std::optional<int> split) {
+  return split ? std::to_string(*split) : std::string("None");
+}
+
+}  // namespace
+
+template <class M>
+DistView<M> DistView<M>::redistribute(const Layout& target) const {
+  std::exception_ptr error;
+  try {
+    KVMAP_CHECK(target.nranks() == comm_.size(), ValueError,
+                "kvmap::DistView::redistribute: the target " << target << " is for "
+                                                             << target.nranks()
+                                                             << " ranks but the communicator has "
+                                                             << comm_.size());
+    KVMAP_CHECK(target.gshape() == gshape(), ValueError,
+                "kvmap::DistView::redistribute: the target " << target << " has global shape "
+                                                             << to_string(target.gshape())
+                                                             << ", the array " << to_string(gshape()));
+  } catch (...) {
+    error = std::current_exception();
+  }
+  comm_.agree_arguments(error, "DistView::redistribute", "redistribute(" + target.str() + ")");
+  if (target == layout_) return *this;
+  return move_data(*this, target);
+}
+
+template <class M>
+DistView<M> DistView<M>::resplit(std::optional<int> split) const {
+  std::exception_ptr error;
+  std::optional<Layout> target;
+  try {
+    target = Layout::balanced(gshape(), split, comm_.size());
+  } catch (...) {
+    error = std::current_exception();
+  }
+  comm_.agree_arguments(error, "DistView::resplit", "resplit(split=" + split_str(split) + ")");
+  if (*target == layout_) return *this;
+  return move_data(*this, *target);
+}
+
+template <class M>
+DistView<M> DistView<M>::balance() const {
+  return resplit(layout_.split());
+}
+
+template <class M>
+at::Tensor DistView<M>::gather(int root) const {
+  std::exception_ptr error;
+  std::optional<Layout> target;
+  try {
+    KVMAP_CHECK(root >= 0 && root < comm_.size(), ValueError,
+                "kvmap::DistView::gather: root " << root << " out of range for " << comm_.size()
+                                                 << " ranks");
+    if (split()) {
+      std::vector<std::int64_t> counts(comm_.size(), 0);
+      counts[root] = gshape()[*split()];
+      target = Layout::from_counts(gshape(), *split(), std::move(counts));
+    }
+  } catch (...) {
+    error = std::current_exception();
+  }
+  comm_.agree_arguments(error, "DistView::gather", "gather(root=" + std::to_string(root) + ")");
+  if (!target) return comm_.rank() == root ? local().clone() : at::Tensor();
+  DistView on_root = move_data(*this, *target);
+  return comm_.rank() == root ? on_root.local() : at::Tensor();
+}
+
+template <class M>
+at::Tensor DistView<M>::allgather() const {
+  comm_.agree_arguments(nullptr, "DistView::allgather", "allgather()");
+  if (!split()) return local();
+  return move_data(*this, Layout::replicated(gshape(), comm_.size())).local();
+}
+
+template <class M>
+DistView<M> DistView<M>::from_global(const at::Tensor& full, std::optional<int> split, Comm comm) {
+  std::exception_ptr error;
+  Impl::LocalBlock block;
+  DType dtype = DType::Float32;
+  std::optional<Layout> target;
+  std::ostringstream sig;
+  try {
+    block = Impl::block_from_tensor(full);
+    dtype = from_torch(full.scalar_type());
+    check_device(full, Impl::device_of<M>(), "from_global");
+    target = Layout::balanced(block.extents, split, comm.size());
+    sig << "from_global(shape=" << to_string(block.extents) << ", dtype=" << name(dtype);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  sig << ", split=" << split_str(split) << ")";
+  comm.agree_arguments(error, "DistView::from_global", sig.str());
+  Layout whole = Layout::replicated(block.extents, comm.size());
+  DistView everything(std::move(whole), dtype, comm, std::move(block));
+  if (!split) return everything;
+  return move_data(everything, *target);
+}
+
+template <class M>
+DistView<M> DistView<M>::scatter(const at::Tensor& full_on_root, std::optional<int> split,
+                                 Comm comm, int root) {
+  struct Meta {
+    std::int32_t ndim;
+    std::int32_t dtype;
+    std::int64_t extents[Impl::kMaxRank];
+  };
+  std::exception_ptr error;
+  Impl::LocalBlock block;
+  Meta meta;
+  std::memset(&meta, 0, sizeof meta);
+  try {
+    KVMAP_CHECK(root >= 0 && root < comm.size(), ValueError,
+                "kvmap::DistView::scatter: root " << root << " out of range for " << comm.size()
+                                                  << " ranks");
+    if (comm.rank() == root) {
+      block = Impl::block_from_tensor(full_on_root);
+      check_device(full_on_root, Impl::device_of<M>(), "scatter");
+      meta.ndim = static_cast<std::int32_t>(block.extents.size());
+      meta.dtype = static_cast<std::int32_t>(from_torch(full_on_root.scalar_type()));
+      for (int d = 0; d < meta.ndim; ++d) meta.extents[d] = block.extents[d];
+      Layout::balanced(block.extents, split, comm.size());  // validates split for this shape
+    }
+  } catch (...) {
+    error = std::current_exception();
+  }
+  comm.agree_arguments(error, "DistView::scatter",
+                       "scatter(split=" + split_str(split) + ", root=" + std::to_string(root) + ")");
+  comm.bcast_bytes(&meta, sizeof meta, root);
+  const Shape gshape(meta.extents, meta.extents + meta.ndim);
+  const DType dtype = static_cast<DType>(meta.dtype);
+  const Layout target = Layout::balanced(gshape, split, comm.size());
+  if (meta.ndim == 0) {
+    // A scalar: broadcast its one element.
+    Impl::LocalBlock dst = Impl::allocate_block<M>(gshape, size_of(dtype));
+    if (comm.rank() == root) {
+      const auto g = Impl::make_box_geometry({}, {}, {});
+      Impl::box_copy(execution_space(), block.data, dst.data, g, size_of(dtype));
+      execution_space().fence();
+    }
+    comm.bcast_bytes(dst.data, size_of(dtype), root);
+    return DistView(target, dtype, std::move(comm), std::move(dst));
+  }
+  // Root holds every row of axis s; everyone else an empty piece.
+  const int s = Impl::normalize_axis(split.value_or(0), meta.ndim, "split axis");
+  std::vector<std::int64_t> counts(comm.size(), 0);
+  counts[root] = gshape[s];
+  Layout on_root = Layout::from_counts(gshape, s, std::move(counts));
+  if (comm.rank() != root) {
+    block.extents = on_root.lshape(comm.rank());
+    block.strides = Impl::row_major_strides(block.extents);
+    block.data = nullptr;
+  }
+  DistView source(std::move(on_root), dtype, comm, std::move(block));
+  return move_data(source, target);
+}
+
+#define KVMAP_INSTANTIATE_REDISTRIBUTE(Space)                                                  \
+  template DistView<Space> DistView<Space>::redistribute(const Layout&) const;                 \
+  template DistView<Space> DistView<Space>::resplit(std::optional<int>) const;                 \
+  template DistView<Space> DistView<Space>::balance() const;                                   \
+  template at::Tensor DistView<Space>::gather(int) const;                                      \
+  template at::Tensor DistView<Space>::allgather() const;                                      \
+  template DistView<Space> DistView<Space>::from_global(const at::Tensor&, std::optional<int>, \
+                                                        Comm);                                 \
+  template DistView<Space> DistView<Space>::scatter(const at::Tensor&, std::optional<int>, Comm, int);
+KVMAP_FOR_EACH_MEMORY_SPACE(KVMAP_INSTANTIATE_REDISTRIBUTE)
+
+}  // namespace kvmap

@@ -1,0 +1,55 @@
+#include "kvmap/stats.hpp"
+
+#include <atomic>
+
+namespace kvmap {
+
+namespace {
+struct Counters {
+  std::atomic<std::uint64_t> bytes_copied{0};
+  std::atomic<std::uint64_t> vmap_calls{0};
+  std::atomic<std::uint64_t> chunks_run{0};
+  std::atomic<std::uint64_t> collectives{0};
+  std::atomic<std::uint64_t> bytes_allocated{0};
+  std::atomic<std::int64_t> bytes_live{0};
+};
+Counters& counters() {
+  static Counters c;
+  return c;
+}
+}  // namespace
+
+Stats stats() {
+  Counters& c = counters();
+  Stats s;
+  s.bytes_copied = c.bytes_copied.load();
+  s.vmap_calls = c.vmap_calls.load();
+  s.chunks_run = c.chunks_run.load();
+  s.collectives = c.collectives.load();
+  s.bytes_allocated = c.bytes_allocated.load();
+  s.bytes_live = c.bytes_live.load();
+  return s;
+}
+
+void reset_stats() {
+  Counters& c = counters();
+  c.bytes_copied = 0;
+  c.vmap_calls = 0;
+  c.chunks_run = 0;
+  c.collectives = 0;
+  c.bytes_allocated = 0;
+}
+
+namespace Impl {
+void count_bytes_copied(std::uint64_t n) { counters().bytes_copied += n; }
+void count_vmap_call() { ++counters().vmap_calls; }
+void count_chunks(std::uint64_t n) { counters().chunks_run += n; }
+void count_collective() { ++counters().collectives; }
+void count_allocation(std::uint64_t n) {
+  counters().bytes_allocated += n;
+  counters().bytes_live += static_cast<std::int64_t>(n);
+}
+void count_deallocation(std::uint64_t n) { counters().bytes_live -= static_cast<std::int64_t>(n); }
+}  // namespace Impl
+
+}  // namespace kvmap

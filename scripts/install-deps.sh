@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# Installs what kvmap needs on Debian 12, skipping what is already there:
+#   1. Debian packages (LibTorch, Open MPI, doctest, pybind11, optimized BLAS, ...);
+#   2. Kokkos + Kokkos Kernels 3.4.01 (OpenMP + Serial) built from Debian's own
+#      trilinos source package into a reusable prefix.
+#
+# Environment:
+#   KVMAP_DEPS_PREFIX  where Kokkos is installed (default: $XDG_CACHE_HOME/kvmap or ~/.cache/kvmap)
+#   KVMAP_SKIP_APT=1   do not touch Debian packages (everything already installed)
+#   KVMAP_DEBIAN_KOKKOS=1  also install Debian's binary libtrilinos-kokkos-dev (Serial only)
+# Prints the Kokkos prefix on its last line.
+set -euo pipefail
+
+cache_root="${XDG_CACHE_HOME:-$HOME/.cache}/kvmap"
+prefix="${KVMAP_DEPS_PREFIX:-$cache_root}/kokkos-3.4.01"
+jobs="$(nproc 2>/dev/null || echo 2)"
+
+log() { echo "[kvmap-deps] $*" >&2; }
+
+as_root() {
+  if [ "$(id -u)" -eq 0 ]; then
+    "$@"
+  elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+    sudo "$@"
+  else
+    log "need root to run: $*"
+    log "run this script as root or with passwordless sudo, or install these Debian packages yourself"
+    log "and rerun with KVMAP_SKIP_APT=1: ${packages[*]}"
+    exit 1
+  fi
+}
+
+packages=(
+  build-essential cmake ninja-build ccache pkg-config dpkg-dev
+  libtorch-dev libopenblas0-openmp
+  libopenmpi-dev openmpi-bin
+  doctest-dev
+  python3 python3-dev pybind11-dev python3-torch python3-mpi4py python3-pytest python3-numpy
+)
+if [ "${KVMAP_DEBIAN_KOKKOS:-0}" = 1 ]; then
+  packages+=(libtrilinos-kokkos-dev libtrilinos-kokkos-kernels-dev)
+fi
+
+missing_packages() {
+  local p
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || echo "$p"
+  done
+}
+
+apt_updated=0
+apt_update_once() {
+  if [ "$apt_updated" = 0 ]; then
+    as_root apt-get update -q >&2
+    apt_updated=1
+  fi
+}
+
+if [ "${KVMAP_SKIP_APT:-0}" != 1 ]; then
+  mapfile -t missing < <(missing_packages "${packages[@]}")
+  if [ "${#missing[@]}" -gt 0 ]; then
+    log "installing Debian packages: ${missing[*]}"
+    apt_update_once
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+      "${missing[@]}" >&2
+  else
+    log "Debian packages: all present"
+  fi
+fi
+
+if [ -f "$prefix/.kvmap-complete" ]; then
+  log "Kokkos 3.4.01 (OpenMP+Serial) and Kokkos Kernels: present in $prefix"
+  echo "$prefix"
+  exit 0
+fi
+
+# deb-src entries derived from this machine's own Debian sources: same mirrors, same suites.
+enable_deb_src() {
+  if apt-get source --print-uris trilinos >/dev/null 2>&1; then return 0; fi
+  local src=/etc/apt/sources.list.d/debian.sources out=/etc/apt/sources.list.d/kvmap-deb-src.sources
+  local tmp
+  tmp="$(mktemp)"
+  if [ -f "$src" ]; then
+    sed -e 's/^Types:.*/Types: deb-src/' "$src" >"$tmp"
+  elif [ -f /etc/apt/sources.list ]; then
+    out=/etc/apt/sources.list.d/kvmap-deb-src.list
+    sed -n -e 's/^deb \(.*\)$/deb-src \1/p' /etc/apt/sources.list >"$tmp"
+  else
+    log "found no Debian sources to derive deb-src entries from"
+    exit 1
+  fi
+  log "enabling deb-src entries derived from the machine's Debian sources ($out)"
+  as_root install -m 0644 "$tmp" "$out"
+  rm -f "$tmp"
+  apt_updated=0
+  apt_update_once
+}
+
+work="$cache_root/src"
+mkdir -p "$work"
+orig="$(ls "$work"/trilinos_*.orig.tar.* 2>/dev/null | head -n1 || true)"
+if [ -z "$orig" ]; then
+  enable_deb_src
+  log "downloading Debian's trilinos source package"
+  (cd "$work" && apt-get source --download-only -q trilinos >&2)
+  orig="$(ls "$work"/trilinos_*.orig.tar.* | head -n1)"
+fi
+
+tree="$work/trilinos"
+if [ ! -f "$tree/packages/kokkos/CMakeLists.txt" ] || [ ! -f "$tree/packages/kokkos-kernels/CMakeLists.txt" ]; then
+  log "extracting packages/kokkos and packages/kokkos-kernels from $(basename "$orig")"
+  rm -rf "$tree" && mkdir -p "$tree"
+  tar -xf "$orig" -C "$tree" --strip-components=1 --wildcards \
+    '*/packages/kokkos/*' '*/packages/kokkos-kernels/*'
+fi
+
+common=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_STANDARD=17
+  -DCMAKE_INSTALL_PREFIX="$prefix" -DBUILD_SHARED_LIBS=ON
+  -DCMAKE_INSTALL_RPATH="$prefix/lib" -DCMAKE_INSTALL_RPATH_USE_LINK_PATH=ON)
+if command -v ccache >/dev/null 2>&1; then common+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
+
+log "building Kokkos 3.4.01 (OpenMP + Serial) into $prefix"
+cmake -S "$tree/packages/kokkos" -B "$work/build-kokkos" "${common[@]}" \
+  -DKokkos_ENABLE_OPENMP=ON -DKokkos_ENABLE_SERIAL=ON -DKokkos_ENABLE_TESTS=OFF >&2
+cmake --build "$work/build-kokkos" -j "$jobs" >&2
+cmake --install "$work/build-kokkos" >&2
+
+# No explicit instantiations: kvmap's few Kokkos Kernels calls instantiate from headers in
+# kvmap's own translation units, which turns a many-minute build into seconds.
+log "building Kokkos Kernels 3.4.01 into $prefix"
+cmake -S "$tree/packages/kokkos-kernels" -B "$work/build-kokkos-kernels" "${common[@]}" \
+  -DKokkos_ROOT="$prefix" -DKokkosKernels_ENABLE_TESTS=OFF -DKokkosKernels_ENABLE_EXAMPLES=OFF \
+  -DKokkosKernels_INST_DOUBLE=OFF -DKokkosKernels_INST_FLOAT=OFF \
+  -DKokkosKernels_INST_COMPLEX_DOUBLE=OFF -DKokkosKernels_INST_COMPLEX_FLOAT=OFF \
+  -DKokkosKernels_INST_ORDINAL_INT=OFF -DKokkosKernels_INST_ORDINAL_INT64_T=OFF \
+  -DKokkosKernels_INST_OFFSET_INT=OFF -DKokkosKernels_INST_OFFSET_SIZE_T=OFF \
+  -DKokkosKernels_INST_LAYOUTLEFT=OFF -DKokkosKernels_INST_LAYOUTRIGHT=OFF \
+  -DKokkosKernels_ENABLE_TPL_BLAS=OFF >&2
+cmake --build "$work/build-kokkos-kernels" -j "$jobs" >&2
+cmake --install "$work/build-kokkos-kernels" >&2
+
+touch "$prefix/.kvmap-complete"
+log "done: $prefix"
+echo "$prefix"
