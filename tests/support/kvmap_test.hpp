@@ -1,0 +1,82 @@
+#pragma once
+// Helpers shared by kvmap's MPI tests.
+#include <doctest/doctest.h>
+
+#include <ATen/ATen.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kvmap/kvmap.hpp"
+#include "test_space.hpp"  // TestMemSpace, generated per Kokkos backend
+
+namespace kvmap_test {
+
+using View = kvmap::DistView<TestMemSpace>;
+
+inline kvmap::Comm world() { return kvmap::Comm::world(); }
+inline int rank() { return world().rank(); }
+inline int nranks() { return world().size(); }
+
+// Runs a collective `call` that must fail: ranks in `bad` expect exception E whose message
+// contains `text`, every other rank a RemoteError naming exactly `bad` with that text too.
+template <class E>
+void expect_collective_error(const std::function<void()>& call, const std::vector<int>& bad,
+                             const std::string& text) {
+  const bool me_bad = std::find(bad.begin(), bad.end(), rank()) != bad.end();
+  bool threw = false;
+  try {
+    call();
+  } catch (const kvmap::RemoteError& e) {
+    threw = true;
+    INFO("rank " << rank() << " got RemoteError: " << e.what());
+    CHECK_FALSE(me_bad);
+    CHECK(e.failed_ranks() == bad);
+    CHECK(std::string(e.what()).find(text) != std::string::npos);
+  } catch (const E& e) {
+    threw = true;
+    INFO("rank " << rank() << " got: " << e.what());
+    CHECK(me_bad);
+    CHECK(std::string(e.what()).find(text) != std::string::npos);
+  } catch (const std::exception& e) {
+    threw = true;
+    FAIL_CHECK("rank " << rank() << " got an unexpected exception: " << e.what());
+  }
+  CHECK_MESSAGE(threw, "rank " << rank() << " did not throw");
+}
+
+// Ranks 1 (or 0 when alone): the rank tests make misbehave.
+inline int odd_rank() { return nranks() > 1 ? 1 : 0; }
+
+// A deterministic full tensor whose values are exact in every dtype (integers in [0, 97)).
+inline at::Tensor pattern(const std::vector<int64_t>& shape, at::ScalarType type, int salt = 0) {
+  const int64_t n = kvmap::Impl::checked_numel(shape);
+  at::Tensor v = (at::arange(n, at::kLong) * 37 + salt * 11) % 97;
+  at::Tensor t;
+  if (type == at::kBool) {
+    t = (v % 2).to(at::kBool);
+  } else if (type == at::kComplexFloat || type == at::kComplexDouble) {
+    t = at::complex(v.to(at::kFloat), (v % 5).to(at::kFloat)).to(type);
+  } else {
+    t = v.to(type);
+  }
+  return t.reshape(shape);
+}
+
+inline std::vector<kvmap::DType> all_dtypes() {
+  std::vector<kvmap::DType> out;
+  for (int i = 0; i < kvmap::kNumDTypes; ++i) out.push_back(static_cast<kvmap::DType>(i));
+  return out;
+}
+
+// Bitwise equality of two tensors of the same dtype and shape.
+inline bool bit_equal(const at::Tensor& a, const at::Tensor& b) {
+  if (!a.defined() || !b.defined()) return false;
+  if (a.sizes() != b.sizes() || a.scalar_type() != b.scalar_type()) return false;
+  at::Tensor ac = a.contiguous().cpu(), bc = b.contiguous().cpu();
+  return ac.numel() == 0 ||
+         std::memcmp(ac.data_ptr(), bc.data_ptr(), ac.numel() * ac.element_size()) == 0;
+}
+
+}  // namespace kvmap_test

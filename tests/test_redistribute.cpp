@@ -1,0 +1,226 @@
+// Redistribution round trips (bit-exact for every dtype), empty shards, many ranks of
+// dimensions, the large-count path, and process-count-invariant random arrays.
+#include "support/kvmap_test.hpp"
+
+#include <mpi.h>
+
+using namespace kvmap_test;
+using kvmap::DType;
+using kvmap::Layout;
+using kvmap::Shape;
+
+namespace {
+
+// The slice of `full` that `layout` gives to rank r (an independent reference).
+at::Tensor expected_local(const at::Tensor& full, const Layout& layout, int r) {
+  if (!layout.split()) return full;
+  return full.narrow(*layout.split(), layout.offset(r), layout.count(r));
+}
+
+// Random-looking but deterministic unbalanced counts (some ranks empty) summing to n.
+std::vector<int64_t> uneven_counts(int64_t n, int P, int salt) {
+  std::vector<int64_t> counts(P, 0);
+  for (int64_t i = 0; i < n; ++i) counts[(i * 7 + salt * 3 + i / 3) % P == 0 ? 0 : (i * 5 + salt) % P]++;
+  return counts;
+}
+
+}  // namespace
+
+TEST_CASE("scatter -> gather and from_global -> allgather are bit-exact for every dtype") {
+  const int me = rank();
+  for (DType dt : all_dtypes()) {
+    INFO("dtype " << kvmap::name(dt));
+    const at::Tensor full = pattern({7, 3, 2}, kvmap::to_torch(dt), 1);
+    for (int split : {0, 1, 2}) {
+      auto s = View::scatter(me == 0 ? full : at::Tensor(), split);
+      CHECK(s.dtype() == dt);
+      CHECK(s.gshape() == Shape{7, 3, 2});
+      CHECK(bit_equal(s.local(), expected_local(full, s.layout(), me)));
+      const at::Tensor g = s.gather(0);
+      if (me == 0) {
+        CHECK(bit_equal(g, full));
+      } else {
+        CHECK_FALSE(g.defined());
+      }
+      auto f = View::from_global(full, split);
+      CHECK(f.layout() == Layout::balanced({7, 3, 2}, split, nranks()));
+      CHECK(bit_equal(f.allgather(), full));
+    }
+  }
+}
+
+TEST_CASE("resplit 0 -> 1 -> replicated -> 0 and unbalanced -> balance") {
+  const int me = rank(), P = nranks();
+  for (DType dt : all_dtypes()) {
+    INFO("dtype " << kvmap::name(dt));
+    const at::Tensor full = pattern({9, 5}, kvmap::to_torch(dt), 2);
+    auto a = View::from_global(full, 0);
+    auto b = a.resplit(1);
+    CHECK(b.layout() == Layout::balanced({9, 5}, 1, P));
+    CHECK(bit_equal(b.local(), expected_local(full, b.layout(), me)));
+    auto c = b.resplit(std::nullopt);
+    CHECK(c.layout().is_replicated());
+    CHECK(bit_equal(c.local(), full));
+    auto d = c.resplit(0);
+    CHECK(bit_equal(d.local(), expected_local(full, d.layout(), me)));
+
+    const Layout uneven = Layout::from_counts({9, 5}, 0, uneven_counts(9, P, 1));
+    auto u = a.redistribute(uneven);
+    CHECK(u.layout() == uneven);
+    CHECK(bit_equal(u.local(), expected_local(full, uneven, me)));
+    auto balanced = u.balance();
+    CHECK(balanced.is_balanced());
+    CHECK(bit_equal(balanced.local(), expected_local(full, balanced.layout(), me)));
+    const at::Tensor on_last = u.gather(P - 1);
+    CHECK(on_last.defined() == (me == P - 1));
+    if (me == P - 1) CHECK(bit_equal(on_last, full));
+  }
+}
+
+TEST_CASE("redistribution sequences across layouts and axes preserve the array") {
+  const int me = rank(), P = nranks();
+  const at::Tensor full = pattern({6, 4, 5}, at::kDouble, 3);
+  auto v = View::from_global(full, 2);
+  std::vector<Layout> targets = {
+      Layout::from_counts({6, 4, 5}, 1, uneven_counts(4, P, 2)),
+      Layout::from_counts({6, 4, 5}, 0, uneven_counts(6, P, 5)),
+      Layout::replicated({6, 4, 5}, P),
+      Layout::from_counts({6, 4, 5}, 2, uneven_counts(5, P, 7)),
+      Layout::balanced({6, 4, 5}, 0, P),
+  };
+  for (const Layout& t : targets) {
+    INFO("target " << t);
+    v = v.redistribute(t);
+    CHECK(v.layout() == t);
+    CHECK(bit_equal(v.local(), expected_local(full, t, me)));
+  }
+}
+
+TEST_CASE("non-contiguous sources: transposed tensors and LayoutLeft views") {
+  const int me = rank(), P = nranks();
+  const at::Tensor full = pattern({4 * P + 1, 3}, at::kFloat, 4);
+  const Layout l = Layout::balanced(full.sizes().vec(), 0, P);
+  // The local piece stored column-major: a transposed contiguous tensor.
+  at::Tensor mine = expected_local(full, l, me).t().contiguous().t();
+  CHECK_FALSE(mine.is_contiguous());
+  auto d = View::from_local(mine, 0);
+  CHECK(bit_equal(d.allgather(), full));
+  CHECK(bit_equal(d.resplit(1).local(), expected_local(full, Layout::balanced(full.sizes().vec(), 1, P), me)));
+}
+
+TEST_CASE("fewer rows than ranks leaves shards empty") {
+  const int me = rank(), P = nranks();
+  const at::Tensor full = pattern({2, 3}, at::kLong, 5);
+  auto d = View::from_global(full, 0);
+  const int64_t expect = P == 1 ? 2 : (me < 2 ? 1 : 0);
+  CHECK(d.layout().count(me) == expect);
+  CHECK(d.local().size(0) == expect);
+  CHECK(bit_equal(d.allgather(), full));
+  CHECK(bit_equal(d.resplit(1).allgather(), full));
+  auto z = View::zeros({0, 4}, DType::Float32, 0);
+  CHECK(z.allgather().sizes().vec() == std::vector<int64_t>{0, 4});
+}
+
+TEST_CASE("0-d, 1-d and 5-d arrays") {
+  const int me = rank();
+  const at::Tensor scalar = at::full({}, 3.25, at::kDouble);
+  auto s = View::scatter(me == 0 ? scalar : at::Tensor(), std::nullopt);
+  CHECK(s.ndim() == 0);
+  CHECK(s.local().item<double>() == 3.25);
+  const at::Tensor g = s.gather(0);
+  if (me == 0) CHECK(bit_equal(g, scalar));
+
+  const at::Tensor line = pattern({13}, at::kInt, 6);
+  CHECK(bit_equal(View::from_global(line, 0).allgather(), line));
+
+  const at::Tensor five = pattern({3, 2, 4, 1, 5}, at::kComplexDouble, 7);
+  for (int split = 0; split < 5; ++split) {
+    auto f = View::from_global(five, split);
+    CHECK(bit_equal(f.local(), expected_local(five, f.layout(), me)));
+    CHECK(bit_equal(f.resplit((split + 2) % 5).allgather(), five));
+  }
+}
+
+TEST_CASE("counts above the MPI count limit take the large-count path") {
+  // Lowering the limit to 7 bytes makes every message "too large" for one MPI call.
+  const std::size_t saved = kvmap::Impl::mpi_count_limit();
+  kvmap::Impl::set_mpi_count_limit(7);
+  const int me = rank();
+  const at::Tensor full = pattern({23, 6}, at::kDouble, 8);
+  auto a = View::from_global(full, 0);
+  CHECK(bit_equal(a.resplit(1).local(), expected_local(full, Layout::balanced({23, 6}, 1, nranks()), me)));
+  CHECK(bit_equal(a.allgather(), full));
+  auto s = View::scatter(me == 0 ? full : at::Tensor(), 1);
+  const at::Tensor g = s.gather(0);
+  if (me == 0) CHECK(bit_equal(g, full));
+  kvmap::Impl::set_mpi_count_limit(saved);
+  CHECK(kvmap::Impl::mpi_count_limit() == saved);
+}
+
+TEST_CASE("random arrays do not depend on the number of ranks") {
+  const int me = rank(), P = nranks();
+  for (DType dt : {DType::Float32, DType::Float64}) {
+    INFO("dtype " << kvmap::name(dt));
+    const at::Tensor u = kvmap::random::uniform<TestMemSpace>({37, 3}, dt, 0, world(), 1234).allgather();
+    const at::Tensor n = kvmap::random::normal<TestMemSpace>({37, 3}, dt, 1, world(), 99).allgather();
+    // The same arrays built by every prefix sub-communicator {0..k-1}, k = 1..P.
+    for (int k = 1; k <= P; ++k) {
+      MPI_Comm sub_raw;
+      MPI_Comm_split(MPI_COMM_WORLD, me < k ? 0 : MPI_UNDEFINED, me, &sub_raw);
+      if (me < k) {
+        kvmap::Comm sub(sub_raw);
+        MPI_Comm_free(&sub_raw);
+        CHECK(bit_equal(kvmap::random::uniform<TestMemSpace>({37, 3}, dt, 1, sub, 1234).allgather(), u));
+        CHECK(bit_equal(kvmap::random::normal<TestMemSpace>({37, 3}, dt, 0, sub, 99).allgather(), n));
+      }
+    }
+    CHECK(u.min().item<double>() >= 0.0);
+    CHECK(u.max().item<double>() < 1.0);
+    CHECK_FALSE(bit_equal(u, kvmap::random::uniform<TestMemSpace>({37, 3}, dt, 0, world(), 1235).allgather()));
+  }
+  // Moments of a large sample.
+  const at::Tensor big = kvmap::random::uniform<TestMemSpace>({200000}, DType::Float64, 0, world(), 7).allgather();
+  CHECK(big.mean().item<double>() == doctest::Approx(0.5).epsilon(0.01));
+  CHECK(big.var().item<double>() == doctest::Approx(1.0 / 12).epsilon(0.02));
+  const at::Tensor gauss = kvmap::random::normal<TestMemSpace>({200000}, DType::Float64, 0, world(), 8).allgather();
+  CHECK(std::abs(gauss.mean().item<double>()) < 0.01);
+  CHECK(gauss.std().item<double>() == doctest::Approx(1.0).epsilon(0.01));
+  // Unseeded calls draw fresh streams, identically on every rank after manual_seed.
+  kvmap::manual_seed(5);
+  const at::Tensor first = kvmap::random::uniform<TestMemSpace>({8}, DType::Float64, 0).allgather();
+  const at::Tensor second = kvmap::random::uniform<TestMemSpace>({8}, DType::Float64, 0).allgather();
+  CHECK_FALSE(bit_equal(first, second));
+  kvmap::manual_seed(5);
+  CHECK(bit_equal(kvmap::random::uniform<TestMemSpace>({8}, DType::Float64, 0).allgather(), first));
+  CHECK_THROWS_AS(kvmap::random::uniform<TestMemSpace>({8}, DType::Int32, 0), kvmap::TypeError);
+}
+
+TEST_CASE("Philox4x32-10 matches the published known-answer vectors") {
+  using kvmap::Impl::philox4x32;
+  auto r0 = philox4x32(0, 0, 0);
+  CHECK(r0.v[0] == 0x6627e8d5u);
+  CHECK(r0.v[1] == 0xe169c58du);
+  CHECK(r0.v[2] == 0xbc57ac4cu);
+  CHECK(r0.v[3] == 0x9b00dbd8u);
+  auto r1 = philox4x32(~0ull, ~0ull, ~0ull);
+  CHECK(r1.v[0] == 0x408f276du);
+  CHECK(r1.v[1] == 0x41c83b0eu);
+  CHECK(r1.v[2] == 0xa20bc7c6u);
+  CHECK(r1.v[3] == 0x6d5451fdu);
+  auto r2 = philox4x32(0x85a308d3243f6a88ull, 0x0370734413198a2eull, 0x299f31d0a4093822ull);
+  CHECK(r2.v[0] == 0xd16cfe09u);
+  CHECK(r2.v[1] == 0x94fdccebu);
+  CHECK(r2.v[2] == 0x5001e420u);
+  CHECK(r2.v[3] == 0x24126ea1u);
+}
+
+TEST_CASE("redistribution counts the bytes it copies") {
+  kvmap::reset_stats();
+  auto a = View::zeros({8, 4}, DType::Float64, 0);
+  const auto before = kvmap::stats();
+  auto b = a.resplit(1);
+  const auto after = kvmap::stats();
+  CHECK(after.bytes_copied > before.bytes_copied);
+  CHECK(after.collectives > before.collectives);
+  CHECK(kvmap::stats().bytes_live >= 0);
+}
