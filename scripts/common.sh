@@ -1,0 +1,22 @@
+# Shared by run.sh and test.sh: installs what is missing, then configures and builds a preset.
+# Sourced, not executed.
+set -euo pipefail
+KVMAP_SOURCE_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+
+kvmap_prepare() {
+  local preset="$1"
+  if [ "$preset" = debian-kokkos ]; then
+    export KVMAP_DEBIAN_KOKKOS=1
+  fi
+  KVMAP_KOKKOS_PREFIX="$("$KVMAP_SOURCE_DIR/scripts/install-deps.sh" | tail -n1)"
+  export KVMAP_KOKKOS_PREFIX
+  # Open MPI refuses root unless told; kvmap's CI and containers run as root.
+  if [ "$(id -u)" -eq 0 ]; then
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  fi
+  # Kokkos and LibTorch share libgomp: no pinning, no busy waiting, a fixed thread count.
+  export OMP_PROC_BIND="${OMP_PROC_BIND:-false}" OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
+  cd "$KVMAP_SOURCE_DIR"
+  cmake --preset "$preset" >/dev/null
+  cmake --build --preset "$preset"
+}
