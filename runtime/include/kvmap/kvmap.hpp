@@ -9,3 +9,4 @@
 #include "kvmap/runtime.hpp"
 #include "kvmap/stats.hpp"
 #include "kvmap/tensor_bridge.hpp"
+#include "kvmap/vmap.hpp"

@@ -1,0 +1,49 @@
+#pragma once
+// The only interface to LibTorch's functorch internals (ATen/functorch/*). LibTorch 1.13 and
+// 2.x differ there (int64 vs SymInt batch sizes, an unlocked process-global map of layer
+// life handles in 1.13); every difference stays behind this header, in torch_compat.cpp.
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <mutex>
+
+namespace kvmap::Impl::torch_compat {
+
+enum class VmapRandomness { Error, Same, Different };
+
+// One functorch vmap level: pushed on construction, popped on destruction (also when the
+// user function throws). Construct only while holding vmap_region_lock().
+class VmapLevel {
+ public:
+  VmapLevel(std::int64_t batch_size, VmapRandomness randomness);
+  ~VmapLevel();
+  VmapLevel(const VmapLevel&) = delete;
+  VmapLevel& operator=(const VmapLevel&) = delete;
+
+  std::int64_t level() const { return level_; }
+  std::int64_t batch_size() const { return batch_size_; }
+
+  // Marks dim `dim` of a physical tensor as this level's batch dimension.
+  at::Tensor add_batch_dim(const at::Tensor& physical, std::int64_t dim) const;
+  // The physical tensor with this level's batch dimension moved to `out_dim` (>= 0, already
+  // normalized); outputs that do not depend on the batch are expanded (stride 0).
+  at::Tensor remove_batch_dim(const at::Tensor& result, std::int64_t out_dim) const;
+  // True when `t` carries this level's batch dimension.
+  bool is_batched_here(const at::Tensor& t) const;
+
+ private:
+  std::int64_t level_ = 0;
+  std::int64_t batch_size_ = 0;
+};
+
+// Held around a whole vmap region (push .. pop). On LibTorch < 2.0 it serializes vmap
+// regions across threads, because functorch's layer bookkeeping there is a process-global
+// map without a lock; on 2.x it does not block.
+std::unique_lock<std::recursive_mutex> vmap_region_lock();
+// Whether vmap regions run concurrently on this LibTorch.
+bool concurrent_vmap_supported();
+
+// A physical tensor of per-sample values wrapped as batched at `level` along dim 0.
+at::Tensor make_batched(const at::Tensor& physical, std::int64_t level);
+
+}  // namespace kvmap::Impl::torch_compat

@@ -1,0 +1,56 @@
+#pragma once
+// Randomness of one kvmap::vmap call: torch's generator per Randomness mode, and the
+// per-sample streams behind kvmap::sample_uniform / sample_normal.
+#include <ATen/core/Generator.h>
+
+#include <cstdint>
+
+#include "kvmap/comm.hpp"
+#include "kvmap/impl/kokkos_compat.hpp"
+#include "kvmap/vmap.hpp"
+
+namespace kvmap::Impl {
+
+// What sample_* need while the user function runs on one chunk (thread-local, set by the
+// scheduler only; never visible to users).
+struct SampleContext {
+  std::int64_t level = 0;          // functorch vmap level of the chunk
+  std::int64_t global_offset = 0;  // global index of the chunk's first sample
+  std::int64_t batch = 0;          // samples in the chunk
+  std::uint64_t key = 0;           // stream key of this vmap call
+  std::int64_t calls = 0;          // sample_* calls so far in this invocation of f
+  DeviceSpec device;
+};
+
+class SampleContextGuard {
+ public:
+  explicit SampleContextGuard(SampleContext* context);
+  ~SampleContextGuard();
+  SampleContextGuard(const SampleContextGuard&) = delete;
+  SampleContextGuard& operator=(const SampleContextGuard&) = delete;
+
+ private:
+  SampleContext* previous_;
+};
+
+// Torch's default generator of the device for the duration of one vmap call.
+//  Same:      every rank starts from rank 0's state (collective), restored before each chunk.
+//  Different: a per-rank stream derived from the (possibly identical) state and the rank;
+//             afterwards every rank's generator moves on to the same new state.
+//  Error:     untouched.
+class GeneratorScope {
+ public:
+  GeneratorScope(Randomness mode, const Comm& comm, DeviceSpec device);
+  ~GeneratorScope();
+  GeneratorScope(const GeneratorScope&) = delete;
+  GeneratorScope& operator=(const GeneratorScope&) = delete;
+  void before_chunk();
+
+ private:
+  Randomness mode_;
+  at::Generator generator_;
+  at::Tensor synchronized_state_;
+  std::uint64_t state_hash_ = 0;
+};
+
+}  // namespace kvmap::Impl

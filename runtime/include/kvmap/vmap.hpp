@@ -1,0 +1,224 @@
+#pragma once
+// kvmap::vmap: a function written for one sample, vectorized with functorch over the split
+// axis of DistViews on every rank, on zero-copy views of the local shards, chunked by a
+// Kokkos policy over the batch.
+#include <ATen/core/Tensor.h>
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "kvmap/dist_view.hpp"
+#include "kvmap/impl/kokkos_compat.hpp"
+
+namespace kvmap {
+
+enum class Randomness { Error, Different, Same };
+const char* name(Randomness r);
+
+// Fluent options: VmapOptions().out_dims({0, 1}).chunk_size(8). Setters validate.
+class VmapOptions {
+ public:
+  // One per output; a single value applies to all outputs. Negative dims count from the end.
+  VmapOptions& out_dims(std::vector<std::int64_t> dims);
+  VmapOptions& randomness(Randomness r);
+  // Samples per chunk, per process (>= 1); std::nullopt: the whole local batch at once.
+  VmapOptions& chunk_size(std::optional<std::int64_t> c);
+  // Chunks in flight at once (>= 1). LibTorch < 2.0 serializes vmap regions anyway.
+  VmapOptions& concurrency(int chunks_in_flight);
+
+  const std::vector<std::int64_t>& out_dims() const { return out_dims_; }
+  Randomness randomness() const { return randomness_; }
+  std::optional<std::int64_t> chunk_size() const { return chunk_size_; }
+  int concurrency() const { return concurrency_; }
+
+ private:
+  std::vector<std::int64_t> out_dims_{0};
+  Randomness randomness_ = Randomness::Error;
+  std::optional<std::int64_t> chunk_size_;
+  int concurrency_ = 1;
+};
+
+// Inside a function run by kvmap::vmap: per-sample random tensors of `shape` whose values
+// depend only on (kvmap seed, global sample index, call order) — the same for any number
+// of ranks and any chunk size. Error outside kvmap::vmap.
+at::Tensor sample_uniform(at::IntArrayRef shape, at::ScalarType dtype = at::kFloat);
+at::Tensor sample_normal(at::IntArrayRef shape, at::ScalarType dtype = at::kFloat);
+
+namespace Impl {
+
+struct MappedInput {
+  const LocalBlock* block;
+  DType dtype;
+  const Layout* layout;  // split axis normalized
+  DeviceSpec device;
+};
+
+struct VmapResult {
+  std::vector<LocalBlock> blocks;
+  std::vector<DType> dtypes;
+  std::vector<Layout> layouts;
+};
+
+// Calls the user function with one batched tensor per mapped input (in argument order).
+using BatchedCall = std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>&)>;
+using Allocate = LocalBlock (*)(const std::vector<std::int64_t>&, std::size_t);
+
+// The scheduler: validate, agree, run the chunks, agree on the results, assemble.
+VmapResult run_vmap(const std::vector<MappedInput>& inputs, const VmapOptions& options,
+                    const Comm& comm, DeviceSpec device, const BatchedCall& call,
+                    Allocate allocate);
+
+template <class T>
+struct is_dist_view : std::false_type {};
+template <class M>
+struct is_dist_view<DistView<M>> : std::true_type {};
+
+template <class A, class Next>
+struct pick_memory_space {
+  using type = typename Next::type;
+};
+template <class M, class Next>
+struct pick_memory_space<DistView<M>, Next> {
+  using type = M;
+};
+// The memory space of the first DistView argument (outputs live there).
+template <class... Args>
+struct first_memory_space {
+  using type = Kokkos::DefaultExecutionSpace::memory_space;
+};
+template <class A, class... Rest>
+struct first_memory_space<A, Rest...> {
+  using type = typename pick_memory_space<A, first_memory_space<Rest...>>::type;
+};
+
+// What f receives for an argument of type A: a tensor for DistViews, A itself otherwise.
+template <class A>
+using bound_t = std::conditional_t<is_dist_view<std::decay_t<A>>::value, at::Tensor,
+                                   std::add_lvalue_reference_t<std::remove_reference_t<A>>>;
+
+template <class R>
+struct output_traits {
+  static_assert(sizeof(R) == 0,
+                "kvmap::vmap: the function must return at::Tensor, std::tuple<at::Tensor...> or "
+                "std::vector<at::Tensor>");
+};
+template <>
+struct output_traits<at::Tensor> {
+  static std::vector<at::Tensor> to_list(at::Tensor t) { return {std::move(t)}; }
+  template <class M>
+  static DistView<M> from_list(std::vector<DistView<M>> v) {
+    return std::move(v.front());
+  }
+};
+template <>
+struct output_traits<std::vector<at::Tensor>> {
+  static std::vector<at::Tensor> to_list(std::vector<at::Tensor> v) { return v; }
+  template <class M>
+  static std::vector<DistView<M>> from_list(std::vector<DistView<M>> v) {
+    return v;
+  }
+};
+template <class... Ts>
+struct output_traits<std::tuple<Ts...>> {
+  static_assert((std::is_same_v<Ts, at::Tensor> && ...),
+                "kvmap::vmap: a tuple returned by the function must hold only at::Tensor");
+  static std::vector<at::Tensor> to_list(std::tuple<Ts...> t) {
+    return std::apply([](auto&&... x) { return std::vector<at::Tensor>{std::move(x)...}; },
+                      std::move(t));
+  }
+  template <class M, std::size_t... I>
+  static auto from_list_impl(std::vector<DistView<M>>& v, std::index_sequence<I...>) {
+    return std::make_tuple(std::move(v[I])...);
+  }
+  template <class M>
+  static auto from_list(std::vector<DistView<M>> v) {
+    return from_list_impl<M>(v, std::index_sequence_for<Ts...>{});
+  }
+};
+
+}  // namespace Impl
+
+template <class F>
+class Vmapped {
+ public:
+  Vmapped(F f, VmapOptions options) : f_(std::move(f)), options_(std::move(options)) {}
+
+  template <class... Args>
+  auto operator()(Args&&... args) const {
+    using M = typename Impl::first_memory_space<std::decay_t<Args>...>::type;
+    using R = std::decay_t<std::invoke_result_t<const F&, Impl::bound_t<Args>...>>;
+    using Traits = Impl::output_traits<R>;
+
+    std::vector<Impl::MappedInput> mapped;
+    std::array<int, sizeof...(Args)> slot{};  // index into the batched inputs, or -1
+    std::optional<Comm> comm;
+    std::size_t i = 0;
+    auto collect = [&](const auto& a) {
+      using A = std::decay_t<decltype(a)>;
+      slot[i] = -1;
+      if constexpr (Impl::is_dist_view<A>::value) {
+        if (!comm) comm = a.comm();
+        if (a.split()) {
+          slot[i] = static_cast<int>(mapped.size());
+          mapped.push_back({&a.block(), a.dtype(), &a.layout(),
+                            Impl::device_of<typename A::memory_space>()});
+        }
+      }
+      ++i;
+    };
+    (collect(args), ...);
+    if (!comm) comm = Comm::world();
+
+    auto args_ref = std::forward_as_tuple(args...);
+    Impl::BatchedCall call = [&](const std::vector<at::Tensor>& batched) {
+      return call_with(args_ref, slot, batched, std::index_sequence_for<Args...>{});
+    };
+    Impl::VmapResult result =
+        Impl::run_vmap(mapped, options_, *comm, Impl::device_of<M>(), call, &Impl::allocate_block<M>);
+    std::vector<DistView<M>> outputs;
+    outputs.reserve(result.blocks.size());
+    for (std::size_t k = 0; k < result.blocks.size(); ++k) {
+      outputs.push_back(DistView<M>::from_parts(std::move(result.layouts[k]), result.dtypes[k], *comm,
+                                                std::move(result.blocks[k])));
+    }
+    return Traits::template from_list<M>(std::move(outputs));
+  }
+
+  const VmapOptions& options() const { return options_; }
+
+ private:
+  template <class A>
+  static decltype(auto) bind(A& a, int slot, const std::vector<at::Tensor>& batched) {
+    if constexpr (Impl::is_dist_view<std::decay_t<A>>::value) {
+      return slot >= 0 ? batched[slot] : a.local();  // replicated: passed whole
+    } else {
+      (void)slot;
+      (void)batched;
+      return static_cast<A&>(a);
+    }
+  }
+  template <class Tuple, std::size_t N, std::size_t... I>
+  std::vector<at::Tensor> call_with(Tuple& args, const std::array<int, N>& slot,
+                                    const std::vector<at::Tensor>& batched,
+                                    std::index_sequence<I...>) const {
+    using R = std::decay_t<decltype(std::invoke(f_, bind(std::get<I>(args), slot[I], batched)...))>;
+    return Impl::output_traits<R>::to_list(std::invoke(f_, bind(std::get<I>(args), slot[I], batched)...));
+  }
+
+  F f_;
+  VmapOptions options_;
+};
+
+// vmap(f, options)(args...): see the README and API.md.
+template <class F>
+Vmapped<F> vmap(F f, VmapOptions options = {}) {
+  return Vmapped<F>(std::move(f), std::move(options));
+}
+
+}  // namespace kvmap

@@ -1,0 +1,415 @@
+// The vmap scheduler: validate, agree on options, run the chunks under functorch, agree on
+// the results, assemble the output DistViews.
+#include "kvmap/vmap.hpp"
+
+#include <ATen/ATen.h>
+
+#include <Kokkos_Core.hpp>
+
+#include <sstream>
+
+#include "kvmap/error.hpp"
+#include "kvmap/impl/torch_compat.hpp"
+#include "kvmap/impl/vmap_randomness.hpp"
+#include "kvmap/random.hpp"
+#include "kvmap/stats.hpp"
+#include "kvmap/tensor_bridge.hpp"
+
+namespace kvmap {
+
+const char* name(Randomness r) {
+  switch (r) {
+    case Randomness::Error: return "error";
+    case Randomness::Different: return "different";
+    case Randomness::Same: return "same";
+  }
+  return "invalid";
+}
+
+VmapOptions& VmapOptions::out_dims(std::vector<std::int64_t> dims) {
+  KVMAP_CHECK(!dims.empty(), ValueError, "kvmap::VmapOptions::out_dims: give at least one dim");
+  out_dims_ = std::move(dims);
+  return *this;
+}
+
+VmapOptions& VmapOptions::randomness(Randomness r) {
+  KVMAP_CHECK(r == Randomness::Error || r == Randomness::Same || r == Randomness::Different,
+              ValueError, "kvmap::VmapOptions::randomness: invalid value " << static_cast<int>(r));
+  randomness_ = r;
+  return *this;
+}
+
+VmapOptions& VmapOptions::chunk_size(std::optional<std::int64_t> c) {
+  KVMAP_CHECK(!c || *c >= 1, ValueError,
+              "kvmap::VmapOptions::chunk_size: expected a chunk size >= 1 or none, got " << *c);
+  chunk_size_ = c;
+  return *this;
+}
+
+VmapOptions& VmapOptions::concurrency(int chunks_in_flight) {
+  KVMAP_CHECK(chunks_in_flight >= 1, ValueError,
+              "kvmap::VmapOptions::concurrency: expected >= 1, got " << chunks_in_flight);
+  concurrency_ = chunks_in_flight;
+  return *this;
+}
+
+namespace Impl {
+
+namespace {
+
+// Kokkos Tools region for one phase, so users' tools show where the time goes.
+class Region {
+ public:
+  explicit Region(const char* name) { Kokkos::Profiling::pushRegion(name); }
+  ~Region() { Kokkos::Profiling::popRegion(); }
+  Region(const Region&) = delete;
+  Region& operator=(const Region&) = delete;
+};
+
+torch_compat::VmapRandomness to_compat(Randomness r) {
+  switch (r) {
+    case Randomness::Same: return torch_compat::VmapRandomness::Same;
+    case Randomness::Different: return torch_compat::VmapRandomness::Different;
+    case Randomness::Error: break;
+  }
+  return torch_compat::VmapRandomness::Error;
+}
+
+// ---- 1. validation (deterministic: every rank sees the same layouts) ------------------
+std::int64_t validate_inputs(const std::vector<MappedInput>& inputs) {
+  KVMAP_CHECK(!inputs.empty(), ValueError,
+              "kvmap::vmap: no mapped input; pass at least one DistView with a split axis "
+              "(replicated DistViews and other arguments are passed to the function whole)");
+  const Layout& first = *inputs[0].layout;
+  const std::int64_t batch = first.gshape()[*first.split()];
+  for (std::size_t k = 1; k < inputs.size(); ++k) {
+    const Layout& l = *inputs[k].layout;
+    KVMAP_CHECK(l.gshape()[*l.split()] == batch && l.counts() == first.counts(), ValueError,
+                "kvmap::vmap: mapped inputs need the same batch length and the same per-rank "
+                "counts along their split axes, but mapped input 0 has "
+                    << first << " and mapped input " << k << " has " << l);
+    KVMAP_CHECK(inputs[k].device.kind == inputs[0].device.kind &&
+                    inputs[k].device.index == inputs[0].device.index,
+                TypeError, "kvmap::vmap: mapped inputs live in different memory spaces");
+  }
+  KVMAP_CHECK(batch > 0, ValueError,
+              "kvmap::vmap: the mapped inputs have an empty batch (" << first
+                                                                     << "); output shapes would be unknown");
+  return batch;
+}
+
+std::string options_signature(const VmapOptions& o) {
+  std::ostringstream os;
+  os << "vmap(out_dims=" << to_string(o.out_dims()) << ", randomness=" << name(o.randomness()) << ")";
+  return os.str();
+}
+
+// ---- per-output metadata, fixed by chunk 0 and agreed across ranks ----------------------
+constexpr int kInlineOutputs = 8;
+struct OutputMeta {
+  std::int32_t ndim;   // per sample
+  std::int32_t dtype;
+  std::int32_t out_dim;  // normalized
+  std::int32_t pad;
+  std::int64_t shape[kMaxRank];  // per sample
+};
+struct ResultMeta {
+  std::int32_t ran;   // 1 when this rank ran f (non-empty local batch)
+  std::int32_t nout;
+  OutputMeta out[kInlineOutputs];
+};
+
+std::string describe(const OutputMeta& m) {
+  std::ostringstream os;
+  os << "per-sample shape " << to_string(Shape(m.shape, m.shape + m.ndim)) << " and dtype "
+     << name(dtype_from_int(m.dtype));
+  return os.str();
+}
+
+std::string serialize(const std::vector<OutputMeta>& metas) {
+  return std::string(reinterpret_cast<const char*>(metas.data()), metas.size() * sizeof(OutputMeta));
+}
+
+std::vector<OutputMeta> deserialize(const std::string& s) {
+  std::vector<OutputMeta> out(s.size() / sizeof(OutputMeta));
+  if (!out.empty()) std::memcpy(out.data(), s.data(), out.size() * sizeof(OutputMeta));
+  return out;
+}
+
+std::int64_t normalized_out_dim(const VmapOptions& o, std::size_t k, std::size_t nout,
+                                std::int64_t per_sample_ndim) {
+  const auto& dims = o.out_dims();
+  KVMAP_CHECK(dims.size() == 1 || dims.size() == nout, ValueError,
+              "kvmap::vmap: out_dims " << to_string(dims) << " has " << dims.size()
+                                       << " entries but the function returned " << nout
+                                       << " outputs (give one per output, or a single one)");
+  const std::int64_t d = dims.size() == 1 ? dims[0] : dims[k];
+  const std::int64_t rank = per_sample_ndim + 1;
+  KVMAP_CHECK(d >= -rank && d < rank, ValueError,
+              "kvmap::vmap: out_dims[" << k << "] = " << d << " is out of range for output " << k
+                                       << ", which has " << per_sample_ndim
+                                       << " dimensions per sample (expected " << -rank
+                                       << " <= out_dim < " << rank << ")");
+  return d < 0 ? d + rank : d;
+}
+
+// ---- 3./4. the local run ------------------------------------------------------------------
+struct LocalRun {
+  std::vector<OutputMeta> metas;
+  std::vector<at::Tensor> outputs;  // physical, local batch along out_dim
+  std::int64_t chunks = 0;
+};
+
+struct ChunkRunner {
+  const std::vector<MappedInput>& inputs;
+  const std::vector<at::Tensor>& locals;  // zero-copy views of the local shards
+  const VmapOptions& options;
+  const BatchedCall& call;
+  GeneratorScope& generator;
+  DeviceSpec device;
+  std::int64_t global_offset;
+  std::uint64_t sample_key;
+
+  // Runs f on samples [start, start + len) and returns each output with its batch moved to
+  // its normalized out_dim. `metas` (chunk 0 leaves it empty) is filled or checked.
+  std::vector<at::Tensor> run(std::int64_t start, std::int64_t len, std::vector<OutputMeta>& metas) const {
+    Region region("kvmap::vmap/chunk");
+    std::vector<at::Tensor> chunk_inputs;
+    chunk_inputs.reserve(inputs.size());
+    for (std::size_t k = 0; k < inputs.size(); ++k) {
+      chunk_inputs.push_back(locals[k].narrow(*inputs[k].layout->split(), start, len));
+    }
+    auto lock = torch_compat::vmap_region_lock();
+    generator.before_chunk();
+    torch_compat::VmapLevel level(len, to_compat(options.randomness()));
+    std::vector<at::Tensor> batched;
+    batched.reserve(inputs.size());
+    for (std::size_t k = 0; k < inputs.size(); ++k) {
+      batched.push_back(level.add_batch_dim(chunk_inputs[k], *inputs[k].layout->split()));
+    }
+    SampleContext context;
+    context.level = level.level();
+    context.global_offset = global_offset + start;
+    context.batch = len;
+    context.key = sample_key;
+    context.device = device;
+    std::vector<at::Tensor> results;
+    {
+      SampleContextGuard guard(&context);
+      results = call(batched);
+    }
+    const bool first = metas.empty();
+    KVMAP_CHECK(first || results.size() == metas.size(), ValueError,
+                "kvmap::vmap: the function returned " << results.size() << " outputs on samples ["
+                                                      << start << ", " << start + len
+                                                      << ") but " << metas.size()
+                                                      << " on the first chunk");
+    std::vector<at::Tensor> physical(results.size());
+    for (std::size_t k = 0; k < results.size(); ++k) {
+      KVMAP_CHECK(results[k].defined(), ValueError,
+                  "kvmap::vmap: output " << k << " of the function is an undefined tensor");
+      const std::int64_t ndim = results[k].dim();  // logical: per sample
+      KVMAP_CHECK(ndim <= kMaxRank - 1, ValueError,
+                  "kvmap::vmap: output " << k << " has " << ndim
+                                         << " dimensions per sample; at most " << kMaxRank - 1
+                                         << " are supported");
+      OutputMeta m;
+      std::memset(&m, 0, sizeof m);
+      m.ndim = static_cast<std::int32_t>(ndim);
+      m.dtype = static_cast<std::int32_t>(from_torch(results[k].scalar_type()));
+      m.out_dim = static_cast<std::int32_t>(normalized_out_dim(options, k, results.size(), ndim));
+      for (std::int64_t d = 0; d < ndim; ++d) m.shape[d] = results[k].size(d);
+      const DeviceSpec dev = device_spec_of(results[k]);
+      KVMAP_CHECK(dev.kind == device.kind, TypeError,
+                  "kvmap::vmap: output " << k << " is on " << results[k].device()
+                                         << " but the inputs' memory space maps to "
+                                         << torch_device(device));
+      if (first) {
+        metas.push_back(m);
+      } else {
+        KVMAP_CHECK(std::memcmp(&m, &metas[k], sizeof m) == 0, ValueError,
+                    "kvmap::vmap: output " << k << " has " << describe(m) << " on samples ["
+                                           << start << ", " << start + len << ") but "
+                                           << describe(metas[k]) << " on the first chunk");
+      }
+      physical[k] = level.remove_batch_dim(results[k], m.out_dim);
+    }
+    return physical;
+  }
+};
+
+bool needs_materializing(const at::Tensor& t) {
+  for (std::int64_t d = 0; d < t.dim(); ++d) {
+    if (t.stride(d) == 0 && t.size(d) > 1) return true;
+  }
+  return false;
+}
+
+LocalRun run_local(const VmapOptions& options, std::int64_t n_local, const ChunkRunner& runner, Allocate allocate) {
+  LocalRun out;
+  const std::int64_t cs = std::min(options.chunk_size().value_or(n_local), n_local);
+  const std::int64_t nchunks = (n_local + cs - 1) / cs;
+  out.chunks = nchunks;
+
+  // Chunk 0 alone fixes the outputs' shapes and dtypes.
+  std::vector<at::Tensor> first = runner.run(0, cs, out.metas);
+  if (nchunks == 1) {
+    // Adopted as they are, unless a stride-0 broadcast has to be materialized once.
+    for (at::Tensor& t : first) {
+      if (needs_materializing(t)) {
+        t = t.contiguous();
+        count_bytes_copied(static_cast<std::uint64_t>(t.numel()) * t.element_size());
+      }
+    }
+    out.outputs = std::move(first);
+    return out;
+  }
+  // Preallocated once; every chunk writes its slice.
+  for (std::size_t k = 0; k < first.size(); ++k) {
+    const OutputMeta& m = out.metas[k];
+    Shape shape(m.shape, m.shape + m.ndim);
+    shape.insert(shape.begin() + m.out_dim, n_local);
+    const DType dt = static_cast<DType>(m.dtype);
+    out.outputs.push_back(tensor_from_block(allocate(shape, size_of(dt)), dt, runner.device));
+  }
+  auto write = [&](std::int64_t start, const std::vector<at::Tensor>& chunk) {
+    for (std::size_t k = 0; k < chunk.size(); ++k) {
+      out.outputs[k].narrow(out.metas[k].out_dim, start, chunk[k].size(out.metas[k].out_dim)).copy_(chunk[k]);
+      count_bytes_copied(static_cast<std::uint64_t>(chunk[k].numel()) * chunk[k].element_size());
+    }
+  };
+  write(0, first);
+  first.clear();
+
+  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(nchunks));
+  std::vector<std::vector<OutputMeta>> metas(static_cast<std::size_t>(nchunks), out.metas);
+  auto body = [&](const std::int64_t c) {
+    try {
+      const std::int64_t start = c * cs, len = std::min(cs, n_local - start);
+      write(start, runner.run(start, len, metas[c]));
+    } catch (...) {
+      errors[c] = std::current_exception();
+    }
+  };
+  // Same-mode randomness restores one generator state per chunk: one chunk at a time.
+  const int concurrency =
+      options.randomness() == Randomness::Same ? 1 : options.concurrency();
+  if (concurrency == 1) {
+#if defined(KOKKOS_ENABLE_SERIAL)
+    Kokkos::parallel_for("kvmap::vmap/chunks", Kokkos::RangePolicy<Kokkos::Serial, Kokkos::IndexType<std::int64_t>>(1, nchunks), body);
+#else
+    for (std::int64_t c = 1; c < nchunks; ++c) body(c);
+#endif
+  } else {
+    using Host = Kokkos::DefaultHostExecutionSpace;
+    for (std::int64_t wave = 1; wave < nchunks; wave += concurrency) {
+      const std::int64_t end = std::min<std::int64_t>(nchunks, wave + concurrency);
+      Kokkos::parallel_for("kvmap::vmap/chunks",
+                           Kokkos::RangePolicy<Host, Kokkos::Schedule<Kokkos::Dynamic>, Kokkos::IndexType<std::int64_t>>(wave, end), body);
+      Host().fence();
+    }
+  }
+  for (const std::exception_ptr& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+  return out;
+}
+
+}  // namespace
+
+VmapResult run_vmap(const std::vector<MappedInput>& inputs, const VmapOptions& options,
+                    const Comm& comm, DeviceSpec device, const BatchedCall& call,
+                    Allocate allocate) {
+  Region whole("kvmap::vmap");
+  count_vmap_call();
+  const int me = comm.rank();
+  std::int64_t batch = 0;
+  {
+    Region region("kvmap::vmap/validate");
+    batch = validate_inputs(inputs);
+    comm.agree_arguments(nullptr, "kvmap::vmap", options_signature(options));
+  }
+  const Layout& lead = *inputs[0].layout;
+  const std::vector<std::int64_t>& counts = lead.counts();
+  const std::int64_t n_local = counts[me];
+
+  std::exception_ptr error;
+  LocalRun local;
+  {
+    GeneratorScope generator(options.randomness(), comm, device);
+    const std::uint64_t sample_key = stream_key(initial_seed(), next_stream());
+    if (n_local > 0) {
+      try {
+        std::vector<at::Tensor> locals;
+        for (const MappedInput& in : inputs) locals.push_back(tensor_from_block(*in.block, in.dtype, device));
+        ChunkRunner runner{inputs, locals, options, call, generator, device, lead.offset(me), sample_key};
+        local = run_local(options, n_local, runner, allocate);
+        count_chunks(static_cast<std::uint64_t>(local.chunks));
+      } catch (...) {
+        error = std::current_exception();
+      }
+    }
+  }
+
+  // ---- 5. agree on the result: status and output metadata, one collective -----------------
+  Region agree_region("kvmap::vmap/agree");
+  ResultMeta mine;
+  std::memset(&mine, 0, sizeof mine);
+  mine.ran = (n_local > 0 && !error) ? 1 : 0;
+  mine.nout = static_cast<std::int32_t>(local.metas.size());
+  for (int k = 0; k < std::min<int>(mine.nout, kInlineOutputs); ++k) mine.out[k] = local.metas[k];
+  const std::vector<ResultMeta> all = comm.agree_gather(error, mine);
+  int nout_max = 0;
+  for (const ResultMeta& r : all) nout_max = std::max(nout_max, static_cast<int>(r.nout));
+  std::vector<std::vector<OutputMeta>> metas(all.size());
+  if (nout_max > kInlineOutputs) {
+    const std::vector<std::string> s = comm.allgather_strings(serialize(local.metas));
+    for (std::size_t r = 0; r < all.size(); ++r) metas[r] = deserialize(s[r]);
+  } else {
+    for (std::size_t r = 0; r < all.size(); ++r) metas[r].assign(all[r].out, all[r].out + all[r].nout);
+  }
+  int ref = -1;
+  for (std::size_t r = 0; r < all.size(); ++r) {
+    if (!all[r].ran) continue;
+    if (ref < 0) {
+      ref = static_cast<int>(r);
+      continue;
+    }
+    const auto& a = metas[ref];
+    const auto& b = metas[r];
+    bool same = a.size() == b.size();
+    for (std::size_t k = 0; same && k < a.size(); ++k) same = std::memcmp(&a[k], &b[k], sizeof(OutputMeta)) == 0;
+    if (!same) {
+      std::ostringstream os;
+      os << "kvmap::vmap: the function's outputs differ between ranks: rank " << ref << " returned "
+         << a.size() << " output(s)";
+      for (const auto& m : a) os << " [" << describe(m) << "]";
+      os << ", rank " << r << " returned " << b.size();
+      for (const auto& m : b) os << " [" << describe(m) << "]";
+      throw ValueError(os.str());
+    }
+  }
+  const std::vector<OutputMeta>& agreed = metas[ref];
+
+  // ---- 6. assemble -----------------------------------------------------------------------
+  Region assemble_region("kvmap::vmap/assemble");
+  VmapResult result;
+  for (std::size_t k = 0; k < agreed.size(); ++k) {
+    const OutputMeta& m = agreed[k];
+    const DType dt = static_cast<DType>(m.dtype);
+    Shape gshape(m.shape, m.shape + m.ndim);
+    gshape.insert(gshape.begin() + m.out_dim, batch);
+    Layout layout = Layout::from_counts(gshape, m.out_dim, counts);
+    if (n_local > 0) {
+      result.blocks.push_back(block_from_tensor(local.outputs[k]));
+    } else {
+      result.blocks.push_back(allocate(layout.lshape(me), size_of(dt)));
+    }
+    result.dtypes.push_back(dt);
+    result.layouts.push_back(std::move(layout));
+  }
+  return result;
+}
+
+}  // namespace Impl
+}  // namespace kvmap

@@ -1,0 +1,122 @@
+#include "kvmap/impl/vmap_randomness.hpp"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <cstring>
+
+#include "kvmap/error.hpp"
+#include "kvmap/impl/torch_compat.hpp"
+#include "kvmap/random.hpp"
+#include "kvmap/tensor_bridge.hpp"
+
+namespace kvmap {
+
+namespace Impl {
+
+namespace {
+thread_local SampleContext* t_context = nullptr;
+
+std::uint64_t mix64(std::uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ull;
+  return x ^ (x >> 33);
+}
+
+std::uint64_t hash_bytes(const at::Tensor& bytes) {
+  const at::Tensor c = bytes.contiguous();
+  const auto* p = static_cast<const unsigned char*>(c.data_ptr());
+  std::uint64_t h = 1469598103934665603ull;
+  for (std::int64_t i = 0; i < c.numel() * static_cast<std::int64_t>(c.element_size()); ++i) {
+    h = (h ^ p[i]) * 1099511628211ull;
+  }
+  return h;
+}
+
+enum class SampleKind { Uniform, Normal };
+
+at::Tensor sample(at::IntArrayRef shape, at::ScalarType dtype, SampleKind kind, const char* what) {
+  SampleContext* ctx = t_context;
+  KVMAP_CHECK(ctx != nullptr, Error,
+              "kvmap::" << what << ": called outside a function run by kvmap::vmap");
+  KVMAP_CHECK(dtype == at::kFloat || dtype == at::kDouble, TypeError,
+              "kvmap::" << what << ": dtype must be float32 or float64, got " << c10::toString(dtype));
+  const std::int64_t call = ctx->calls++;
+  std::vector<std::int64_t> full{ctx->batch};
+  full.insert(full.end(), shape.begin(), shape.end());
+  at::Tensor physical = at::empty(full, at::TensorOptions().dtype(at::kDouble));
+  const std::int64_t per_sample = ctx->batch > 0 ? physical.numel() / ctx->batch : 0;
+  const std::uint64_t key = mix64(ctx->key ^ mix64(static_cast<std::uint64_t>(call) + 0x9E3779B97F4A7C15ull));
+  double* out = physical.data_ptr<double>();
+  const std::int64_t offset = ctx->global_offset;
+  at::parallel_for(0, ctx->batch, 1, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t b = begin; b < end; ++b) {
+      const auto g = static_cast<std::uint64_t>(offset + b);
+      for (std::int64_t j = 0; j < per_sample; ++j) {
+        const Philox4x32 r = philox4x32(static_cast<std::uint64_t>(j), g, key);
+        out[b * per_sample + j] =
+            kind == SampleKind::Uniform ? uniform_double(r.v[0], r.v[1]) : normal_double(r);
+      }
+    }
+  });
+  at::Tensor typed = physical.to(at::TensorOptions().dtype(dtype).device(torch_device(ctx->device)));
+  if (dtype == at::kFloat && kind == SampleKind::Uniform) {
+    typed.clamp_max_(std::nextafter(1.0f, 0.0f));  // float rounding must not reach 1
+  }
+  return torch_compat::make_batched(typed, ctx->level);
+}
+}  // namespace
+
+SampleContextGuard::SampleContextGuard(SampleContext* context) : previous_(t_context) {
+  t_context = context;
+}
+SampleContextGuard::~SampleContextGuard() { t_context = previous_; }
+
+GeneratorScope::GeneratorScope(Randomness mode, const Comm& comm, DeviceSpec device) : mode_(mode) {
+  if (mode_ == Randomness::Error) return;
+  generator_ = at::globalContext().defaultGenerator(torch_device(device));
+  std::lock_guard<std::mutex> lock(generator_.mutex());
+  at::Tensor state = generator_.get_state();
+  if (mode_ == Randomness::Same) {
+    std::uint64_t nbytes = static_cast<std::uint64_t>(state.numel() * state.element_size());
+    std::uint64_t root_bytes = nbytes;
+    comm.bcast_bytes(&root_bytes, sizeof root_bytes, 0);
+    KVMAP_CHECK(root_bytes == nbytes, Error,
+                "kvmap::vmap: torch generator states differ in size between rank 0 and rank "
+                    << comm.rank() << " (different LibTorch builds?)");
+    state = state.contiguous().clone();
+    comm.bcast_bytes(state.data_ptr(), nbytes, 0);
+    generator_.set_state(state);
+    synchronized_state_ = state;
+  } else {
+    state_hash_ = hash_bytes(state);
+    generator_.set_current_seed(
+        mix64(state_hash_ ^ mix64(static_cast<std::uint64_t>(comm.rank()) + 1)) >> 1);
+  }
+}
+
+void GeneratorScope::before_chunk() {
+  if (mode_ != Randomness::Same) return;
+  std::lock_guard<std::mutex> lock(generator_.mutex());
+  generator_.set_state(synchronized_state_);
+}
+
+GeneratorScope::~GeneratorScope() {
+  if (mode_ != Randomness::Different) return;
+  std::lock_guard<std::mutex> lock(generator_.mutex());
+  generator_.set_current_seed(mix64(state_hash_ ^ 0xA5A5A5A5A5A5A5A5ull) >> 1);
+}
+
+}  // namespace Impl
+
+at::Tensor sample_uniform(at::IntArrayRef shape, at::ScalarType dtype) {
+  return Impl::sample(shape, dtype, Impl::SampleKind::Uniform, "sample_uniform");
+}
+
+at::Tensor sample_normal(at::IntArrayRef shape, at::ScalarType dtype) {
+  return Impl::sample(shape, dtype, Impl::SampleKind::Normal, "sample_normal");
+}
+
+}  // namespace kvmap

@@ -1,0 +1,400 @@
+// kvmap::vmap against an independent reference: gather the inputs, loop over the samples
+// calling the function on each one, stack. Never the code under test.
+#include "support/kvmap_test.hpp"
+
+#include <c10/util/Exception.h>
+#include <torch/version.h>
+#include <mpi.h>
+
+using namespace kvmap_test;
+using kvmap::DType;
+using kvmap::Layout;
+using kvmap::Randomness;
+using kvmap::VmapOptions;
+
+namespace {
+
+// Stacks per-sample outputs of `one(i)` for i in [0, n) along each output's out_dim.
+std::vector<at::Tensor> loop_reference(std::int64_t n, std::vector<std::int64_t> out_dims,
+                                       const std::function<std::vector<at::Tensor>(std::int64_t)>& one) {
+  std::vector<std::vector<at::Tensor>> per_output;
+  for (std::int64_t i = 0; i < n; ++i) {
+    std::vector<at::Tensor> outs = one(i);
+    per_output.resize(outs.size());
+    for (std::size_t k = 0; k < outs.size(); ++k) per_output[k].push_back(outs[k]);
+  }
+  std::vector<at::Tensor> stacked;
+  for (std::size_t k = 0; k < per_output.size(); ++k) {
+    std::int64_t d = out_dims.size() == 1 ? out_dims[0] : out_dims[k];
+    if (d < 0) d += per_output[k][0].dim() + 1;
+    stacked.push_back(at::stack(per_output[k], d));
+  }
+  return stacked;
+}
+
+// The same full tensor on every rank.
+at::Tensor randn_everywhere(at::IntArrayRef shape, at::ScalarType type, std::uint64_t seed) {
+  at::Generator g = at::detail::createCPUGenerator(seed);
+  return at::randn(shape, g, at::TensorOptions().dtype(at::kDouble)).to(type);
+}
+
+bool close(const at::Tensor& a, const at::Tensor& b) {
+  const bool single = a.scalar_type() == at::kFloat;
+  return a.sizes() == b.sizes() && a.scalar_type() == b.scalar_type() &&
+         at::allclose(a.to(at::kDouble), b.to(at::kDouble), single ? 1e-4 : 1e-9, single ? 1e-4 : 1e-9);
+}
+
+std::vector<int> all_ranks() {
+  std::vector<int> r;
+  for (int i = 0; i < nranks(); ++i) r.push_back(i);
+  return r;
+}
+
+// Heat's F: (topk(svdvals(a), k).values ** 2, scale * a @ b).
+struct HeatF {
+  int64_t k;
+  double scale;
+  bool to_int;
+  std::tuple<at::Tensor, at::Tensor> operator()(const at::Tensor& a, const at::Tensor& b) const {
+    at::Tensor second = scale * at::matmul(a, b);
+    if (to_int) second = second.to(at::kInt);
+    return {std::get<0>(at::topk(at::linalg_svdvals(a), k)).pow(2), second};
+  }
+};
+
+}  // namespace
+
+TEST_CASE("Heat's F over a split 0 and b split 1 or replicated, every chunk size") {
+  const int P = nranks();
+  for (at::ScalarType type : {at::kFloat, at::kDouble}) {
+    const at::Tensor a_full = randn_everywhere({5 * P, 10, 10}, type, 11);
+    const at::Tensor b_full = randn_everywhere({10, 5 * P}, type, 12);
+    auto a = View::from_global(a_full, 0);
+    for (bool b_split : {true, false}) {
+      auto b = View::from_global(b_full, b_split ? std::optional<int>(1) : std::nullopt);
+      for (bool to_int : {false, true}) {
+        const std::vector<int64_t> out_dims = b_split ? std::vector<int64_t>{0, 0} : std::vector<int64_t>{0, 1};
+        const HeatF f{2, 2.2, to_int};
+        const auto ref = loop_reference(5 * P, out_dims, [&](int64_t i) {
+          auto [y0, y1] = f(a_full.select(0, i), b_split ? b_full.select(1, i) : b_full);
+          return std::vector<at::Tensor>{y0, y1};
+        });
+        for (std::optional<int64_t> cs : {std::optional<int64_t>(), std::optional<int64_t>(1),
+                                          std::optional<int64_t>(2), std::optional<int64_t>(3),
+                                          std::optional<int64_t>(4)}) {
+          INFO("dtype " << c10::toString(type) << ", b split " << b_split << ", int " << to_int
+                        << ", chunk " << (cs ? *cs : -1));
+          auto [y0, y1] = kvmap::vmap(f, VmapOptions().out_dims(out_dims).chunk_size(cs))(a, b);
+          CHECK(y0.split() == 0);
+          CHECK(y1.split() == out_dims[1]);
+          CHECK(y0.layout().counts() == a.layout().counts());
+          CHECK(close(y0.allgather(), ref[0]));
+          if (to_int) {
+            // Truncation of nearly-integral products may differ by one ulp-driven unit.
+            CHECK((y1.allgather().to(at::kLong) - ref[1].to(at::kLong)).abs().max().item<int64_t>() <= 1);
+            CHECK((y1.dtype() == DType::Int32));
+          } else {
+            CHECK(close(y1.allgather(), ref[1]));
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("Heat's G: one output, pass-through scalars") {
+  const int P = nranks();
+  for (at::ScalarType type : {at::kFloat, at::kDouble}) {
+    const at::Tensor a_full = randn_everywhere({5 * P, 10, 10}, type, 13);
+    auto a = View::from_global(a_full, 0);
+    auto G = [](const at::Tensor& x, double m, double scale) { return (x - m).pow(scale); };
+    const auto ref = loop_reference(5 * P, {0}, [&](int64_t i) {
+      return std::vector<at::Tensor>{G(a_full.select(0, i), 2.0, 3.0)};
+    });
+    for (int64_t cs : {1, 2, 3, 4, 1000}) {
+      kvmap::DistView<TestMemSpace> y = kvmap::vmap(G, VmapOptions().chunk_size(cs))(a, 2.0, 3.0);
+      CHECK(close(y.allgather(), ref[0]));
+    }
+  }
+}
+
+TEST_CASE("batch lengths not divisible by P, fewer samples than ranks, unbalanced layouts") {
+  const int P = nranks();
+  auto f = [](const at::Tensor& x) { return std::make_tuple(x.sin().sum(), x * 3); };
+  std::vector<Layout> layouts;
+  for (int64_t n : {int64_t(1), int64_t(7), int64_t(5 * P + 1), int64_t(P > 1 ? P - 1 : 1)}) {
+    layouts.push_back(Layout::balanced({n, 4}, 0, P));
+  }
+  std::vector<int64_t> uneven(P, 0);
+  uneven[P - 1] = 6;
+  if (P > 2) uneven[0] = 3;
+  layouts.push_back(Layout::from_counts({P > 2 ? 9 : 6, 4}, 0, uneven));
+  for (const Layout& l : layouts) {
+    for (std::optional<int64_t> cs : {std::optional<int64_t>(), std::optional<int64_t>(2)}) {
+      INFO(l << " chunk " << (cs ? *cs : -1));
+      const int64_t n = l.gshape()[0];
+      const at::Tensor full = randn_everywhere({n, 4}, at::kDouble, 14);
+      auto x = View::from_global(full, 0).redistribute(l);
+      auto [s, t] = kvmap::vmap(f, VmapOptions().chunk_size(cs))(x);
+      const auto ref = loop_reference(n, {0}, [&](int64_t i) {
+        auto [a, b] = f(full.select(0, i));
+        return std::vector<at::Tensor>{a, b};
+      });
+      CHECK(s.layout().counts() == l.counts());
+      CHECK(s.gshape() == kvmap::Shape{n});
+      CHECK(close(s.allgather(), ref[0]));
+      CHECK(close(t.allgather(), ref[1]));
+      // Ranks without samples still hold correctly shaped, typed, empty outputs.
+      CHECK(t.local().size(0) == l.count(rank()));
+      CHECK(t.local().size(1) == 4);
+      CHECK((t.local().scalar_type() == at::kDouble));
+    }
+  }
+}
+
+TEST_CASE("split axis 1 and -1, out_dims negative, three outputs with mixed dtypes") {
+  const int P = nranks();
+  const at::Tensor full = randn_everywhere({3, 2 * P + 1, 5}, at::kFloat, 15);
+  auto f = [](const at::Tensor& x) {  // x: (3, 5) per sample
+    return std::vector<at::Tensor>{x.sum(), (x > 0).to(at::kBool), x.to(at::kDouble).t()};
+  };
+  for (int split : {1, -2}) {
+    auto x = View::from_global(full, split);
+    const std::vector<int64_t> out_dims{0, -1, 1};
+    auto ys = kvmap::vmap(f, VmapOptions().out_dims(out_dims).chunk_size(2))(x);
+    REQUIRE(ys.size() == 3);
+    const auto ref = loop_reference(2 * P + 1, out_dims, [&](int64_t i) { return f(full.select(1, i)); });
+    CHECK(ys[1].split() == 2);  // -1 normalized for a 2-d per-sample output
+    CHECK((ys[0].dtype() == DType::Float32));
+    CHECK((ys[1].dtype() == DType::Bool));
+    CHECK((ys[2].dtype() == DType::Float64));
+    for (int k = 0; k < 3; ++k) CHECK(at::equal(ys[k].allgather(), ref[k]));
+  }
+  // The last axis as batch axis.
+  auto x = View::from_global(full, -1);
+  auto y = kvmap::vmap([](const at::Tensor& v) { return v.cumsum(0); }, VmapOptions().out_dims({-1}))(x);
+  CHECK(close(y.allgather(), full.cumsum(0)));
+}
+
+TEST_CASE("zero copy on the unchunked path; chunked writes into preallocated outputs") {
+  const int P = nranks();
+  auto x = View::from_global(randn_everywhere({4 * P, 6}, at::kDouble, 16), 0);
+  kvmap::reset_stats();
+  auto same = kvmap::vmap([](const at::Tensor& v) { return v; })(x);
+  CHECK(same.local().data_ptr() == x.local().data_ptr());
+  CHECK(at::equal(same.allgather(), x.allgather()));
+  kvmap::reset_stats();
+  auto doubled = kvmap::vmap([](const at::Tensor& v) { return v * 2; })(x);
+  CHECK(kvmap::stats().bytes_copied == 0);
+  CHECK(kvmap::stats().vmap_calls == 1);
+  CHECK(kvmap::stats().chunks_run == 1);
+  CHECK(at::equal(doubled.local(), x.local() * 2));
+  // A per-sample constant is a stride-0 broadcast: materialized exactly once.
+  kvmap::reset_stats();
+  auto constant = kvmap::vmap([](const at::Tensor&) { return at::ones({3}, at::kFloat); },
+                              VmapOptions().out_dims({1}))(x);
+  CHECK(kvmap::stats().bytes_copied == static_cast<uint64_t>(3 * x.layout().count(rank()) * 4));
+  CHECK(constant.gshape() == kvmap::Shape{3, 4 * P});
+  CHECK(constant.local().eq(1).all().item<bool>());
+  // Chunked: each chunk's result is written into its slice (bytes copied = output bytes).
+  kvmap::reset_stats();
+  auto chunked = kvmap::vmap([](const at::Tensor& v) { return v * 2; }, VmapOptions().chunk_size(3))(x);
+  CHECK(kvmap::stats().bytes_copied == static_cast<uint64_t>(x.local().numel() * 8));
+  CHECK(kvmap::stats().chunks_run == static_cast<uint64_t>((x.layout().count(rank()) + 2) / 3));
+  CHECK(at::equal(chunked.local(), x.local() * 2));
+  // chunk_size larger than the local batch is one chunk, adopted.
+  kvmap::reset_stats();
+  auto big = kvmap::vmap([](const at::Tensor& v) { return v + 1; }, VmapOptions().chunk_size(1 << 20))(x);
+  CHECK(kvmap::stats().bytes_copied == 0);
+  CHECK(at::equal(big.local(), x.local() + 1));
+}
+
+TEST_CASE("chunks in flight: concurrency > 1 gives the same result") {
+  const int P = nranks();
+  const at::Tensor full = randn_everywhere({9 * P, 8, 8}, at::kDouble, 17);
+  auto x = View::from_global(full, 0);
+  auto f = [](const at::Tensor& m) { return at::matmul(m, m.t()).trace(); };
+  const auto ref = loop_reference(9 * P, {0}, [&](int64_t i) { return std::vector<at::Tensor>{f(full.select(0, i))}; });
+  for (int conc : {1, 2, 3}) {
+    kvmap::DistView<TestMemSpace> y = kvmap::vmap(f, VmapOptions().chunk_size(2).concurrency(conc))(x);
+    CHECK(close(y.allgather(), ref[0]));
+  }
+}
+
+TEST_CASE("randomness modes") {
+  const int P = nranks(), me = rank();
+  auto x = View::zeros({3 * P, 2}, DType::Float32, 0);
+  auto draw = [](const at::Tensor& v) { return v + at::rand({4}); };
+  SUBCASE("error: a random op raises on every rank with torch's message") {
+    std::vector<int> everyone = all_ranks();
+    bool threw = false;
+    try {
+      kvmap::vmap(draw, VmapOptions().out_dims({0}))(View::zeros({3 * P, 4}, DType::Float32, 0));
+    } catch (const std::exception& e) {
+      threw = true;
+      CHECK(std::string(e.what()).find("randomness") != std::string::npos);
+    }
+    CHECK(threw);
+  }
+  SUBCASE("same: identical draws for every sample on every rank, for any chunk size") {
+    auto y4 = View::zeros({3 * P, 4}, DType::Float32, 0);
+    at::manual_seed(1000 + me);  // different states: the runtime synchronizes them
+    auto same = kvmap::vmap(draw, VmapOptions().randomness(Randomness::Same))(y4).allgather();
+    CHECK(same.sub(same.select(0, 0)).abs().max().item<float>() == 0.0f);
+    at::manual_seed(1000 + me);
+    auto chunked = kvmap::vmap(draw, VmapOptions().randomness(Randomness::Same).chunk_size(2))(y4).allgather();
+    CHECK(at::equal(chunked, same));
+  }
+  SUBCASE("different: draws differ across samples and ranks even when seeded alike") {
+    auto y4 = View::zeros({3 * P, 4}, DType::Float32, 0);
+    at::manual_seed(42);
+    auto diff = kvmap::vmap(draw, VmapOptions().randomness(Randomness::Different))(y4).allgather();
+    // All 3P rows pairwise distinct.
+    for (int64_t i = 0; i < 3 * P; ++i) {
+      for (int64_t j = i + 1; j < 3 * P; ++j) CHECK_FALSE(at::equal(diff[i], diff[j]));
+    }
+    // Afterwards every rank's generator is in the same state again.
+    const float next = at::rand({1}).item<float>();
+    const auto all = world().allgather(next);
+    for (float v : all) CHECK(v == next);
+  }
+  (void)x;
+}
+
+TEST_CASE("sample_uniform / sample_normal do not depend on ranks or chunk sizes") {
+  const int P = nranks(), me = rank();
+  const int64_t n = 11;
+  auto f = [](const at::Tensor& v) {
+    return std::make_tuple(v + kvmap::sample_uniform({3}), kvmap::sample_normal({2, 2}, at::kDouble));
+  };
+  auto run = [&](const kvmap::Comm& comm, std::optional<int64_t> cs) {
+    kvmap::manual_seed(77, comm);
+    auto x = View::zeros({n, 3}, DType::Float32, 0, comm);
+    auto [u, g] = kvmap::vmap(f, VmapOptions().chunk_size(cs))(x);
+    return std::make_pair(u.allgather(), g.allgather());
+  };
+  const auto reference = run(world(), std::nullopt);
+  CHECK(reference.first.min().item<float>() >= 0.0f);
+  CHECK(reference.first.max().item<float>() < 1.0f);
+  CHECK_FALSE(at::equal(reference.first[0], reference.first[1]));
+  for (std::optional<int64_t> cs : {std::optional<int64_t>(1), std::optional<int64_t>(3)}) {
+    const auto r = run(world(), cs);
+    CHECK(at::equal(r.first, reference.first));
+    CHECK(at::equal(r.second, reference.second));
+  }
+  for (int k = 1; k <= P; ++k) {
+    MPI_Comm sub_raw;
+    MPI_Comm_split(MPI_COMM_WORLD, me < k ? 0 : MPI_UNDEFINED, me, &sub_raw);
+    if (me < k) {
+      kvmap::Comm sub(sub_raw);
+      MPI_Comm_free(&sub_raw);
+      const auto r = run(sub, 3);
+      CHECK(at::equal(r.first, reference.first));
+      CHECK(at::equal(r.second, reference.second));
+    }
+  }
+  CHECK_THROWS_AS(kvmap::sample_uniform({2}), kvmap::Error);
+}
+
+TEST_CASE("errors are raised on every rank with clear messages") {
+  const int P = nranks(), me = rank(), odd = odd_rank();
+  auto x = View::zeros({2 * P, 3}, DType::Float32, 0);
+  SUBCASE("mapped inputs with different layouts") {
+    auto y = View::zeros({2 * P + 1, 3}, DType::Float32, 0);
+    expect_collective_error<kvmap::ValueError>(
+        [&] { kvmap::vmap([](const at::Tensor& a, const at::Tensor& b) { return a + b.sum(); })(x, y); },
+        all_ranks(), "same batch length and the same per-rank counts");
+  }
+  SUBCASE("no mapped input") {
+    auto r = View::zeros({3}, DType::Float32, std::nullopt);
+    expect_collective_error<kvmap::ValueError>(
+        [&] { kvmap::vmap([](const at::Tensor& a) { return a; })(r); }, all_ranks(), "no mapped input");
+  }
+  SUBCASE("out_dims count differs from the outputs") {
+    expect_collective_error<kvmap::ValueError>(
+        [&] {
+          kvmap::vmap([](const at::Tensor& a) { return std::make_tuple(a, a); },
+                      VmapOptions().out_dims({0, 1, 2}))(x);
+        },
+        all_ranks(), "out_dims [0, 1, 2] has 3 entries but the function returned 2");
+  }
+  SUBCASE("out_dim out of range") {
+    expect_collective_error<kvmap::ValueError>(
+        [&] { kvmap::vmap([](const at::Tensor& a) { return a; }, VmapOptions().out_dims({2}))(x); },
+        all_ranks(), "out_dims[0] = 2 is out of range");
+  }
+  SUBCASE("the function throws on one rank only") {
+    expect_collective_error<std::runtime_error>(
+        [&] {
+          kvmap::vmap([&](const at::Tensor& a) {
+            if (me == odd) throw std::runtime_error("boom on the odd rank");
+            return a;
+          })(x);
+        },
+        {odd}, "boom on the odd rank");
+    // And the next call works.
+    auto y = kvmap::vmap([](const at::Tensor& a) { return a + 1; })(x);
+    CHECK(y.allgather().eq(1).all().item<bool>());
+  }
+  SUBCASE("outputs whose per-sample shape differs between ranks") {
+    if (P > 1) {
+      bool threw = false;
+      try {
+        kvmap::vmap([&](const at::Tensor& a) { return me == odd ? a.sum() : a; })(x);
+      } catch (const kvmap::ValueError& e) {
+        threw = true;
+        CHECK(std::string(e.what()).find("outputs differ between ranks") != std::string::npos);
+      }
+      CHECK(threw);
+    }
+  }
+  SUBCASE("options differ between ranks") {
+    if (P > 1) {
+      expect_collective_error<kvmap::ValueError>(
+          [&] {
+            kvmap::vmap([](const at::Tensor& a) { return a; }, VmapOptions().out_dims({me == odd ? 1 : 0}))(x);
+          },
+          {odd}, "needs the same arguments on every rank");
+    }
+  }
+  SUBCASE("bad options are rejected when set") {
+    CHECK_THROWS_WITH_AS(VmapOptions().chunk_size(0), doctest::Contains(">= 1"), kvmap::ValueError);
+    CHECK_THROWS_AS(VmapOptions().concurrency(0), kvmap::ValueError);
+    CHECK_THROWS_AS(VmapOptions().out_dims({}), kvmap::ValueError);
+  }
+}
+
+TEST_CASE("torch's batching-rule fallback warning stays visible") {
+  struct Capture : c10::WarningHandler {
+    std::vector<std::string> messages;
+#if TORCH_VERSION_MAJOR >= 2
+    void process(const c10::Warning& w) override { messages.push_back(w.msg()); }
+#else
+    void process(const c10::SourceLocation&, const std::string& msg, const bool) override {
+      messages.push_back(msg);
+    }
+#endif
+  } capture;
+#if TORCH_VERSION_MAJOR >= 2
+  c10::WarningUtils::WarningHandlerGuard guard(&capture);
+#else
+  c10::Warning::WarningHandlerGuard guard(&capture);
+#endif
+  auto x = View::from_global(randn_everywhere({2 * nranks(), 5}, at::kFloat, 18), 0);
+  kvmap::DistView<TestMemSpace> h = kvmap::vmap([](const at::Tensor& v) { return at::histc(v, 3); })(x);
+  bool seen = false;
+  for (const auto& m : capture.messages) seen = seen || m.find("batching rule") != std::string::npos;
+  CHECK(seen);
+  CHECK(h.gshape() == kvmap::Shape{2 * nranks(), 3});
+}
+
+TEST_CASE("soak: 10,000 calls leave no Kokkos allocations behind") {
+  auto x = View::from_global(randn_everywhere({4 * nranks(), 4}, at::kFloat, 19), 0);
+  auto f = [](const at::Tensor& v) { return v.exp(); };
+  { auto warm = kvmap::vmap(f, VmapOptions().chunk_size(2))(x); }
+  const int64_t live = kvmap::stats().bytes_live;
+  for (int i = 0; i < 10000; ++i) {
+    auto y = kvmap::vmap(f, VmapOptions().chunk_size(i % 2 ? 2 : 1000))(x);
+  }
+  CHECK(kvmap::stats().bytes_live == live);
+}
