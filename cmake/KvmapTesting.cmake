@@ -12,7 +12,9 @@ set(KVMAP_TEST_THREADS 2 CACHE STRING "OpenMP threads per rank in tests (Kokkos 
 set(KVMAP_TEST_ENVIRONMENT
     "OMP_NUM_THREADS=${KVMAP_TEST_THREADS}"
     "OMP_PROC_BIND=false"
-    "OMP_WAIT_POLICY=PASSIVE")
+    "OMP_WAIT_POLICY=PASSIVE"
+    # Ranks outnumber cores in tests: waiting ranks yield instead of spinning.
+    "OMPI_MCA_mpi_yield_when_idle=1")
 
 function(kvmap_add_test name)
   cmake_parse_arguments(T "" "TIMEOUT" "COMMAND;LABELS" ${ARGN})

@@ -10,6 +10,8 @@ kvmap_prepare() {
   fi
   KVMAP_KOKKOS_PREFIX="$("$KVMAP_SOURCE_DIR/scripts/install-deps.sh" | tail -n1)"
   export KVMAP_KOKKOS_PREFIX
+  # Compiler cache hits across checkouts in different directories.
+  export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$KVMAP_SOURCE_DIR}"
   # Open MPI refuses root unless told; kvmap's CI and containers run as root.
   if [ "$(id -u)" -eq 0 ]; then
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1

@@ -224,3 +224,32 @@ TEST_CASE("redistribution counts the bytes it copies") {
   CHECK(after.collectives > before.collectives);
   CHECK(kvmap::stats().bytes_live >= 0);
 }
+
+TEST_CASE("linalg: dot, nrm2, axpby against torch on the gathered arrays") {
+  const int me = rank(), P = nranks();
+  for (at::ScalarType type : {at::kFloat, at::kDouble}) {
+    const at::Tensor xf = at::randn({5 * P + 3, 4}, at::detail::createCPUGenerator(31), at::kDouble).to(type);
+    const at::Tensor yf = at::randn({5 * P + 3, 4}, at::detail::createCPUGenerator(32), at::kDouble).to(type);
+    auto x = View::from_global(xf, 0);
+    auto y = View::from_global(yf, 0);
+    const double tol = type == at::kFloat ? 1e-4 : 1e-12;
+    CHECK(kvmap::linalg::dot(x, y) == doctest::Approx((xf.to(at::kDouble) * yf.to(at::kDouble)).sum().item<double>()).epsilon(tol));
+    CHECK(kvmap::linalg::nrm2(x) == doctest::Approx(xf.to(at::kDouble).norm().item<double>()).epsilon(tol));
+    // The same value on every rank, bit for bit.
+    const double d = kvmap::linalg::dot(x, y);
+    for (double v : world().allgather(d)) CHECK(v == d);
+    kvmap::linalg::axpby(2.0, x, -0.5, y);
+    CHECK(at::allclose(y.allgather(), 2.0 * xf - 0.5 * yf, tol, tol));
+    auto v1 = View::from_global(xf.select(1, 0).contiguous(), 0);
+    CHECK(kvmap::linalg::nrm2(v1) == doctest::Approx(xf.select(1, 0).to(at::kDouble).norm().item<double>()).epsilon(tol));
+  }
+  // Bad input is detected on every rank.
+  auto a = View::zeros({6}, DType::Float64, 0);
+  auto b = View::zeros({7}, DType::Float64, 0);
+  std::vector<int> everyone;
+  for (int r = 0; r < P; ++r) everyone.push_back(r);
+  expect_collective_error<kvmap::ValueError>([&] { kvmap::linalg::dot(a, b); }, everyone, "equal layouts");
+  auto i = View::zeros({6}, DType::Int32, 0);
+  expect_collective_error<kvmap::TypeError>([&] { kvmap::linalg::nrm2(i); }, everyone, "float32 or float64");
+  (void)me;
+}

@@ -5,6 +5,7 @@
 #include <Kokkos_Core.hpp>
 
 #include "kvmap/comm.hpp"
+#include "kvmap/config.hpp"
 #include "kvmap/error.hpp"
 
 namespace kvmap {
@@ -32,6 +33,13 @@ ScopeGuard::ScopeGuard(int& argc, char**& argv) {
     Kokkos::initialize(argc, argv);
     started_kokkos_ = true;
   }
+}
+
+const char* version() { return KVMAP_VERSION_STRING; }
+
+const char* build_info() {
+  return "kvmap " KVMAP_VERSION_STRING " (Kokkos " KVMAP_KOKKOS_VERSION_STRING ", devices "
+         KVMAP_KOKKOS_DEVICES_STRING "; LibTorch " KVMAP_TORCH_VERSION_STRING ")";
 }
 
 ScopeGuard::~ScopeGuard() {

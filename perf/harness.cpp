@@ -1,0 +1,183 @@
+#include "harness.hpp"
+
+#include <ATen/Parallel.h>
+#include <Kokkos_Core.hpp>
+#include <torch/version.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+#include "kvmap/config.hpp"
+
+namespace kvmap_perf {
+
+Timing measure(const kvmap::Comm& comm, const Settings& s, const std::function<void()>& op,
+               int reps_override) {
+  for (int i = 0; i < s.warmup; ++i) op();
+  const int reps = reps_override > 0 ? reps_override : s.reps;
+  std::vector<double> samples;
+  for (int i = 0; i < reps; ++i) {
+    comm.barrier();
+    const auto t0 = std::chrono::steady_clock::now();
+    op();
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    samples.push_back(comm.allreduce_max(dt));
+  }
+  std::sort(samples.begin(), samples.end());
+  Timing t;
+  t.reps = reps;
+  t.min = samples.front();
+  t.max = samples.back();
+  t.median = reps % 2 ? samples[reps / 2] : 0.5 * (samples[reps / 2 - 1] + samples[reps / 2]);
+  return t;
+}
+
+Report::Report(const kvmap::Comm& comm, Settings settings) : comm_(comm), settings_(std::move(settings)) {}
+
+void Report::add(Record r) { records_.push_back(std::move(r)); }
+
+std::string format_seconds(double s) {
+  char buf[64];
+  if (s < 1e-3) {
+    std::snprintf(buf, sizeof buf, "%.1f us", s * 1e6);
+  } else if (s < 1.0) {
+    std::snprintf(buf, sizeof buf, "%.2f ms", s * 1e3);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.3f s", s);
+  }
+  return buf;
+}
+
+void Report::print_scenario(const std::string& scenario) const {
+  if (comm_.rank() != 0) return;
+  std::printf("\n== %s ==\n", scenario.c_str());
+  std::printf("%-34s %-22s %12s %25s  %s\n", "case", "contender", "median", "min .. max", "figures");
+  for (const Record& r : records_) {
+    if (r.scenario != scenario) continue;
+    std::ostringstream figs;
+    for (const auto& [k, v] : r.figures) figs << k << "=" << v << " ";
+    for (const auto& [k, v] : r.notes) figs << k << "=" << v << " ";
+    const std::string range = r.time.reps ? format_seconds(r.time.min) + " .. " + format_seconds(r.time.max) : "";
+    std::printf("%-34s %-22s %12s %25s  %s\n", r.case_name.c_str(), r.contender.c_str(),
+                r.time.reps ? format_seconds(r.time.median).c_str() : "-", range.c_str(), figs.str().c_str());
+  }
+  std::fflush(stdout);
+}
+
+namespace {
+std::string json_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+}  // namespace
+
+void Report::write_json() const {
+  if (comm_.rank() != 0 || settings_.json_path.empty()) return;
+  std::ofstream out(settings_.json_path);
+  const auto m = machine();
+  for (const Record& r : records_) {
+    out << "{\"scenario\":\"" << json_escape(r.scenario) << "\",\"case\":\"" << json_escape(r.case_name)
+        << "\",\"contender\":\"" << json_escape(r.contender) << "\",\"median_s\":" << r.time.median
+        << ",\"min_s\":" << r.time.min << ",\"max_s\":" << r.time.max << ",\"reps\":" << r.time.reps;
+    for (const auto& [k, v] : r.figures) out << ",\"" << json_escape(k) << "\":" << v;
+    for (const auto& [k, v] : r.notes) out << ",\"" << json_escape(k) << "\":\"" << json_escape(v) << "\"";
+    out << ",\"machine\":{";
+    bool first = true;
+    for (const auto& [k, v] : m) {
+      out << (first ? "" : ",") << "\"" << json_escape(k) << "\":\"" << json_escape(v) << "\"";
+      first = false;
+    }
+    out << "}}\n";
+  }
+}
+
+void Report::progress(const std::string& line) const {
+  if (comm_.rank() == 0) {
+    std::fprintf(stderr, "[kvmap-perf] %s\n", line.c_str());
+    std::fflush(stderr);
+  }
+}
+
+std::map<std::string, std::string> machine() {
+  std::map<std::string, std::string> m;
+  m["cores"] = std::to_string(std::thread::hardware_concurrency());
+  int ranks = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  m["ranks"] = std::to_string(ranks);
+  m["kokkos_backend"] = Kokkos::DefaultExecutionSpace::name();
+  m["kokkos_threads"] = std::to_string(Kokkos::DefaultHostExecutionSpace().concurrency());
+  m["torch_threads"] = std::to_string(at::get_num_threads());
+  m["libtorch"] = TORCH_VERSION;
+  m["kvmap"] = kvmap::build_info();
+  // The BLAS actually mapped into this process (Debian selects it through alternatives).
+  std::ifstream maps("/proc/self/maps");
+  std::string line, blas = "unknown";
+  while (std::getline(maps, line)) {
+    const auto pos = line.find('/');
+    if (pos == std::string::npos) continue;
+    const std::string path = line.substr(pos);
+    if (path.find("openblas") != std::string::npos) {
+      blas = "OpenBLAS (" + path + ")";
+      break;
+    }
+    if (path.find("libblas") != std::string::npos) blas = "reference or alternative BLAS (" + path + ")";
+  }
+  m["blas"] = blas;
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  m["host"] = host;
+  std::time_t now = std::time(nullptr);
+  char date[64];
+  std::strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", std::gmtime(&now));
+  m["date"] = date;
+  return m;
+}
+
+namespace {
+double status_mib(const char* key) {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind(key, 0) == 0) {
+      std::istringstream is(line.substr(std::string(key).size()));
+      double kib = 0;
+      is >> kib;
+      return kib / 1024.0;
+    }
+  }
+  return 0;
+}
+}  // namespace
+
+void reset_peak_rss() {
+  std::ofstream clear("/proc/self/clear_refs");
+  clear << "5";  // resets VmHWM to the current RSS (Linux >= 4.0)
+}
+double peak_rss_mib() { return status_mib("VmHWM:"); }
+double current_rss_mib() { return status_mib("VmRSS:"); }
+
+void require_same(bool ok, const std::string& scenario, const std::string& contender) {
+  if (!ok) {
+    throw std::runtime_error("kvmap-perf: in scenario '" + scenario + "' the contender '" +
+                             contender + "' computes something else than the reference; no "
+                             "timing is reported");
+  }
+}
+
+}  // namespace kvmap_perf

@@ -1,0 +1,76 @@
+#pragma once
+// kvmap-perf's measuring kit: repeated timed runs across ranks, records, output.
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "kvmap/comm.hpp"
+
+namespace kvmap_perf {
+
+struct Settings {
+  bool quick = false;
+  int warmup = 1;
+  int reps = 5;
+  std::string json_path;
+};
+
+// Median and range of a run's wall time, each sample the slowest rank's time.
+struct Timing {
+  double median = 0, min = 0, max = 0;
+  int reps = 0;
+};
+
+// Times `op` (after `warmup` untimed calls) on every rank of comm.
+Timing measure(const kvmap::Comm& comm, const Settings& s, const std::function<void()>& op,
+               int reps_override = 0);
+
+// One line of the results: a scenario, a case, a contender and its figures.
+struct Record {
+  std::string scenario, case_name, contender;
+  Timing time;
+  std::map<std::string, double> figures;  // e.g. "ratio", "bytes_per_s", "peak_mib"
+  std::map<std::string, std::string> notes;
+};
+
+class Report {
+ public:
+  Report(const kvmap::Comm& comm, Settings settings);
+  void add(Record r);
+  // Human table on rank 0; JSON lines (with the machine description) when asked.
+  void print_scenario(const std::string& scenario) const;
+  void write_json() const;
+  void progress(const std::string& line) const;
+  const Settings& settings() const { return settings_; }
+  const kvmap::Comm& comm() const { return comm_; }
+
+ private:
+  kvmap::Comm comm_;
+  Settings settings_;
+  std::vector<Record> records_;
+};
+
+// Description of the machine and build: cores, ranks, Kokkos backend, LibTorch, BLAS.
+std::map<std::string, std::string> machine();
+
+// Peak resident set since the last reset_peak_rss(), in MiB (Linux /proc).
+void reset_peak_rss();
+double peak_rss_mib();
+double current_rss_mib();
+
+// Throws std::runtime_error("...contender X computes something else...") unless ok.
+void require_same(bool ok, const std::string& scenario, const std::string& contender);
+
+std::string format_seconds(double s);
+
+// Scenarios.
+void scenario_overhead(Report& report);
+void scenario_chunks(Report& report);
+void scenario_scaling(Report& report);
+void scenario_redistribution(Report& report);
+void scenario_native(Report& report);
+void scenario_zero_copy(Report& report);
+
+}  // namespace kvmap_perf

@@ -1,0 +1,95 @@
+// kvmap-perf: measures kvmap against the alternatives in the same run, under mpirun.
+//   mpirun -np N kvmap-perf [--scenario NAME[,NAME...]] [--quick] [--json FILE] [--version]
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <map>
+#include <sstream>
+#include <string>
+
+#include "harness.hpp"
+#include "kvmap/kvmap.hpp"
+
+namespace {
+
+const std::map<std::string, std::function<void(kvmap_perf::Report&)>>& scenarios() {
+  static const std::map<std::string, std::function<void(kvmap_perf::Report&)>> s = {
+      {"overhead", kvmap_perf::scenario_overhead},
+      {"chunks", kvmap_perf::scenario_chunks},
+      {"scaling", kvmap_perf::scenario_scaling},
+      {"redistribution", kvmap_perf::scenario_redistribution},
+      {"native", kvmap_perf::scenario_native},
+      {"zero-copy", kvmap_perf::scenario_zero_copy},
+  };
+  return s;
+}
+const char* kOrder[] = {"zero-copy", "overhead", "chunks", "scaling", "redistribution", "native"};
+
+int usage(int rc) {
+  std::printf(
+      "usage: mpirun -np N kvmap-perf [--scenario NAME[,NAME...]] [--quick] [--json FILE] [--version]\n"
+      "scenarios: zero-copy overhead chunks scaling redistribution native (default: all)\n");
+  return rc;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--version") == 0) {
+      std::printf("%s\n", kvmap::build_info());
+      return 0;
+    }
+    if (std::strcmp(argv[i], "--help") == 0) return usage(0);
+  }
+  kvmap::ScopeGuard guard(argc, argv);
+  int rc = 0;
+  {
+    kvmap_perf::Settings settings;
+    std::vector<std::string> chosen;
+    for (int i = 1; i < argc; ++i) {
+      const std::string arg = argv[i];
+      if (arg == "--quick") {
+        settings.quick = true;
+        settings.reps = 3;
+      } else if (arg == "--json" && i + 1 < argc) {
+        settings.json_path = argv[++i];
+      } else if (arg == "--scenario" && i + 1 < argc) {
+        std::stringstream ss(argv[++i]);
+        std::string name;
+        while (std::getline(ss, name, ',')) chosen.push_back(name);
+      } else if (arg.rfind("--kokkos", 0) == 0) {
+        continue;  // Kokkos' own options
+      } else {
+        std::fprintf(stderr, "kvmap-perf: unknown argument '%s'\n", arg.c_str());
+        return usage(2);
+      }
+    }
+    for (const auto& name : chosen) {
+      if (!scenarios().count(name)) {
+        std::fprintf(stderr, "kvmap-perf: unknown scenario '%s'\n", name.c_str());
+        return usage(2);
+      }
+    }
+    if (chosen.empty()) chosen.assign(std::begin(kOrder), std::end(kOrder));
+    kvmap::Comm world = kvmap::Comm::world();
+    kvmap_perf::Report report(world, settings);
+    if (world.rank() == 0) {
+      std::printf("kvmap-perf: %s, %d ranks%s\n", kvmap::build_info(), world.size(),
+                  settings.quick ? ", quick" : "");
+      for (const auto& [k, v] : kvmap_perf::machine()) std::printf("  %s: %s\n", k.c_str(), v.c_str());
+    }
+    try {
+      for (const auto& name : chosen) {
+        scenarios().at(name)(report);
+        report.print_scenario(name);
+      }
+      report.write_json();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "kvmap-perf (rank %d): %s\n", world.rank(), e.what());
+      rc = 1;
+    }
+  }
+  return rc;
+}

@@ -1,0 +1,170 @@
+// Scenarios on the vmap scheduler: overhead, chunks, scaling, zero-copy.
+#include <ATen/ATen.h>
+
+#include <mpi.h>
+
+#include "harness.hpp"
+#include "kvmap/impl/torch_compat.hpp"
+#include "kvmap/kvmap.hpp"
+
+namespace kvmap_perf {
+
+namespace {
+
+using View = kvmap::DistView<>;
+
+at::Tensor seeded_randn(at::IntArrayRef shape, std::uint64_t seed) {
+  return at::randn(shape, at::detail::createCPUGenerator(seed), at::TensorOptions().dtype(at::kFloat));
+}
+
+// The same batch through functorch directly: one vmap level around the local tensor.
+at::Tensor raw_functorch(const std::function<at::Tensor(const at::Tensor&)>& f, const at::Tensor& x) {
+  namespace tc = kvmap::Impl::torch_compat;
+  auto lock = tc::vmap_region_lock();
+  tc::VmapLevel level(x.size(0), tc::VmapRandomness::Error);
+  return level.remove_batch_dim(f(level.add_batch_dim(x, 0)), 0);
+}
+
+at::Tensor per_sample_loop(const std::function<at::Tensor(const at::Tensor&)>& f, const at::Tensor& x) {
+  std::vector<at::Tensor> outs;
+  outs.reserve(static_cast<std::size_t>(x.size(0)));
+  for (std::int64_t i = 0; i < x.size(0); ++i) outs.push_back(f(x[i]));
+  return at::stack(outs);
+}
+
+bool close(const at::Tensor& a, const at::Tensor& b) {
+  return a.sizes() == b.sizes() && at::allclose(a, b, 1e-4, 1e-5);
+}
+
+}  // namespace
+
+void scenario_overhead(Report& report) {
+  const auto& comm = report.comm();
+  const at::Tensor W = seeded_randn({64, 64}, 1);
+  struct Fn {
+    const char* name;
+    std::function<at::Tensor(const at::Tensor&)> per_sample;
+    std::function<at::Tensor(const at::Tensor&)> batched;
+  };
+  const std::vector<Fn> fns = {
+      {"tanh(x@W).sum(-1)", [&](const at::Tensor& x) { return at::tanh(at::matmul(x, W)).sum(-1); },
+       [&](const at::Tensor& x) { return at::tanh(at::matmul(x, W)).sum(-1); }},
+      {"sin(x)*2+1", [](const at::Tensor& x) { return x.sin() * 2 + 1; },
+       [](const at::Tensor& x) { return x.sin() * 2 + 1; }},
+  };
+  for (const Fn& fn : fns) {
+    for (std::int64_t n : {16, 1024, 100000}) {
+      report.progress(std::string("overhead: ") + fn.name + ", local batch " + std::to_string(n));
+      const std::string case_name = std::string(fn.name) + " n=" + std::to_string(n);
+      View x = View::from_local(seeded_randn({n, 64}, 100 + comm.rank()), 0, comm);
+      const at::Tensor xl = x.local();
+      auto vf = kvmap::vmap(fn.per_sample);
+      const at::Tensor direct = fn.batched(xl);
+      require_same(close(vf(x).local(), direct), "overhead", "kvmap::vmap");
+      require_same(close(raw_functorch(fn.per_sample, xl), direct), "overhead", "raw functorch vmap");
+      const bool run_loop = n <= 100000;
+      if (run_loop) require_same(close(per_sample_loop(fn.per_sample, xl), direct), "overhead", "per-sample loop");
+      const int reps = n <= 1024 ? 200 : report.settings().reps;
+      const Timing t_direct = measure(comm, report.settings(), [&] { (void)fn.batched(xl); }, reps);
+      const Timing t_raw = measure(comm, report.settings(), [&] { (void)raw_functorch(fn.per_sample, xl); }, reps);
+      const Timing t_kvmap = measure(comm, report.settings(), [&] { (void)vf(x); }, reps);
+      const Timing t_loop = measure(comm, report.settings(), [&] { (void)per_sample_loop(fn.per_sample, xl); },
+                                    n <= 1024 ? 20 : 3);
+      report.add({"overhead", case_name, "direct batched", t_direct, {}, {}});
+      report.add({"overhead", case_name, "raw functorch", t_raw, {}, {}});
+      report.add({"overhead", case_name, "kvmap::vmap", t_kvmap,
+                  {{"vmap_over_direct", t_kvmap.median / t_direct.median},
+                   {"overhead_over_functorch_us", (t_kvmap.median - t_raw.median) * 1e6}},
+                  {}});
+      report.add({"overhead", case_name, "per-sample loop", t_loop,
+                  {{"loop_over_vmap", t_loop.median / t_kvmap.median}}, {}});
+    }
+  }
+}
+
+void scenario_chunks(Report& report) {
+  const auto& comm = report.comm();
+  const std::int64_t n = 100000;
+  const at::Tensor W = seeded_randn({64, 256}, 2);
+  auto f = [&](const at::Tensor& x) { return at::tanh(at::matmul(x, W)).sum(-1); };
+  View x = View::from_local(seeded_randn({n, 64}, 200 + comm.rank()), 0, comm);
+  const at::Tensor reference = f(x.local());
+  double unchunked = 0;
+  std::vector<std::optional<std::int64_t>> sizes = {std::nullopt, 4096, 256, 16, 1};
+  for (const auto& cs : sizes) {
+    const std::string name = cs ? "chunk_size=" + std::to_string(*cs) : std::string("unchunked");
+    report.progress("chunks: " + name + " at " + std::to_string(n) + " samples");
+    auto vf = kvmap::vmap(f, kvmap::VmapOptions().chunk_size(cs));
+    require_same(close(vf(x).local(), reference), "chunks", name);
+    // Peak memory of one call above the resident set before it.
+    const double before = current_rss_mib();
+    reset_peak_rss();
+    { View y = vf(x); }
+    const double peak = peak_rss_mib() - before;
+    const Timing t = measure(comm, report.settings(), [&] { View y = vf(x); },
+                             cs && *cs < 16 ? 3 : 0);
+    if (!cs) unchunked = t.median;
+    report.add({"chunks", "n=100000 hidden=256", name, t,
+                {{"time_over_unchunked", t.median / unchunked}, {"peak_extra_mib", peak}}, {}});
+  }
+}
+
+void scenario_scaling(Report& report) {
+  const auto& world = report.comm();
+  const int P = world.size(), me = world.rank();
+  const bool quick = report.settings().quick;
+  const std::int64_t strong_n = quick ? 100000 : 400000, weak_n = quick ? 50000 : 200000;
+  const at::Tensor W = seeded_randn({64, 64}, 3);
+  auto f = [&](const at::Tensor& x) { return at::tanh(at::matmul(x, W)).sum(-1); };
+  double strong1 = 0, weak1 = 0;
+  for (int k = 1; k <= P; ++k) {
+    report.progress("scaling: " + std::to_string(k) + " of " + std::to_string(P) + " ranks");
+    MPI_Comm raw;
+    MPI_Comm_split(MPI_COMM_WORLD, me < k ? 0 : MPI_UNDEFINED, me, &raw);
+    Timing strong, weak;
+    if (me < k) {
+      kvmap::Comm sub(raw);
+      MPI_Comm_free(&raw);
+      auto vf = kvmap::vmap(f);
+      View xs = kvmap::random::normal({strong_n, 64}, kvmap::DType::Float32, 0, sub, 5);
+      View xw = kvmap::random::normal({weak_n * k, 64}, kvmap::DType::Float32, 0, sub, 6);
+      require_same(close(vf(xs).local(), f(xs.local())), "scaling", "kvmap::vmap");
+      strong = measure(sub, report.settings(), [&] { View y = vf(xs); });
+      weak = measure(sub, report.settings(), [&] { View y = vf(xw); });
+    }
+    world.barrier();
+    // Rank 0 is in every group and reports.
+    if (k == 1) {
+      strong1 = strong.median;
+      weak1 = weak.median;
+    }
+    report.add({"scaling", "strong n=" + std::to_string(strong_n), std::to_string(k) + " ranks", strong,
+                {{"efficiency", me == 0 ? strong1 / (k * strong.median) : 0}}, {}});
+    report.add({"scaling", "weak n/rank=" + std::to_string(weak_n), std::to_string(k) + " ranks", weak,
+                {{"efficiency", me == 0 ? weak1 / weak.median : 0}}, {}});
+  }
+}
+
+void scenario_zero_copy(Report& report) {
+  const auto& comm = report.comm();
+  View x = View::from_local(seeded_randn({1024, 64}, 300 + comm.rank()), 0, comm);
+  struct Case {
+    const char* name;
+    std::function<at::Tensor(const at::Tensor&)> f;
+  };
+  const std::vector<Case> cases = {{"identity", [](const at::Tensor& v) { return v; }},
+                                   {"x*2 (new output)", [](const at::Tensor& v) { return v * 2; }},
+                                   {"x.t() (strided output)", [](const at::Tensor& v) { return v.unsqueeze(0).t(); }}};
+  for (const Case& c : cases) {
+    auto vf = kvmap::vmap(c.f);
+    { View warm = vf(x); }
+    const auto before = kvmap::stats();
+    View y = vf(x);
+    const auto after = kvmap::stats();
+    const double copied = static_cast<double>(after.bytes_copied - before.bytes_copied);
+    const double worst = comm.allreduce_max(copied);
+    report.add({"zero-copy", c.name, "kvmap::vmap unchunked", {}, {{"bytes_copied_per_call", worst}}, {}});
+  }
+}
+
+}  // namespace kvmap_perf

@@ -1,0 +1,22 @@
+#pragma once
+// Distributed BLAS-1 on DistViews (Kokkos Kernels on each shard, results agreed globally).
+// x and y must have equal layouts, the same dtype (float32 or float64) and 1 or 2
+// dimensions; 2-d arrays are treated as one vector of all their elements.
+#include "kvmap/dist_view.hpp"
+
+namespace kvmap::linalg {
+
+// Global sum of x .* y; the partial sums are combined in rank order, so the result is the
+// same on every rank and reproducible run to run.
+template <class MemorySpace>
+double dot(const DistView<MemorySpace>& x, const DistView<MemorySpace>& y);
+
+// Global Euclidean norm of x.
+template <class MemorySpace>
+double nrm2(const DistView<MemorySpace>& x);
+
+// y = a * x + b * y, in place on every rank's shard of y.
+template <class MemorySpace>
+void axpby(double a, const DistView<MemorySpace>& x, double b, const DistView<MemorySpace>& y);
+
+}  // namespace kvmap::linalg

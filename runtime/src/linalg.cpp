@@ -1,0 +1,118 @@
+#include "kvmap/linalg.hpp"
+
+#include <KokkosBlas1_axpby.hpp>
+#include <KokkosBlas1_dot.hpp>
+#include <KokkosBlas1_nrm2.hpp>
+
+#include <cmath>
+
+#include "kvmap/error.hpp"
+
+namespace kvmap::linalg {
+
+namespace {
+
+template <class M>
+void check_operand(const DistView<M>& x, const char* what, const char* arg) {
+  KVMAP_CHECK(x.ndim() == 1 || x.ndim() == 2, ValueError,
+              "kvmap::linalg::" << what << ": " << arg << " must have 1 or 2 dimensions, got "
+                                << x.ndim());
+  KVMAP_CHECK(x.dtype() == DType::Float32 || x.dtype() == DType::Float64, TypeError,
+              "kvmap::linalg::" << what << ": " << arg << " must be float32 or float64, got "
+                                << name(x.dtype()));
+  const auto contiguous = Impl::row_major_strides(x.lshape());
+  bool ok = true;
+  for (int d = 0; d < x.ndim(); ++d) ok = ok && (x.lshape()[d] <= 1 || x.local_strides()[d] == contiguous[d]);
+  KVMAP_CHECK(ok, ValueError,
+              "kvmap::linalg::" << what << ": the local shard of " << arg
+                                << " is not contiguous (strides " << to_string(x.local_strides())
+                                << "); redistribute or copy it first");
+}
+
+template <class M>
+void check_pair(const DistView<M>& x, const DistView<M>& y, const char* what) {
+  check_operand(x, what, "x");
+  check_operand(y, what, "y");
+  KVMAP_CHECK(x.layout() == y.layout(), ValueError,
+              "kvmap::linalg::" << what << ": x and y need equal layouts, got " << x.layout()
+                                << " and " << y.layout());
+  KVMAP_CHECK(x.dtype() == y.dtype(), TypeError,
+              "kvmap::linalg::" << what << ": x is " << name(x.dtype()) << " but y is "
+                                << name(y.dtype()));
+}
+
+// The shard as a 1-d unmanaged Kokkos view over all its elements.
+template <class T, class M>
+Kokkos::View<T*, M, Kokkos::MemoryTraits<Kokkos::Unmanaged>> flat(const DistView<M>& x) {
+  std::int64_t n = 1;
+  for (std::int64_t e : x.lshape()) n *= e;
+  return Kokkos::View<T*, M, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(static_cast<T*>(x.local_data()),
+                                                                       static_cast<std::size_t>(n));
+}
+
+double global_sum_in_rank_order(const Comm& comm, std::exception_ptr error, double partial) {
+  const std::vector<double> parts = comm.agree_gather(error, partial);
+  double total = 0.0;
+  for (double p : parts) total += p;
+  return total;
+}
+
+}  // namespace
+
+template <class M>
+double dot(const DistView<M>& x, const DistView<M>& y) {
+  std::exception_ptr error;
+  double partial = 0.0;
+  try {
+    check_pair(x, y, "dot");
+    if (x.dtype() == DType::Float64) {
+      partial = KokkosBlas::dot(flat<double>(x), flat<double>(y));
+    } else {
+      partial = static_cast<double>(KokkosBlas::dot(flat<float>(x), flat<float>(y)));
+    }
+  } catch (...) {
+    error = std::current_exception();
+  }
+  return global_sum_in_rank_order(x.comm(), error, partial);
+}
+
+template <class M>
+double nrm2(const DistView<M>& x) {
+  std::exception_ptr error;
+  double partial = 0.0;
+  try {
+    check_operand(x, "nrm2", "x");
+    const double local = x.dtype() == DType::Float64
+                             ? static_cast<double>(KokkosBlas::nrm2(flat<double>(x)))
+                             : static_cast<double>(KokkosBlas::nrm2(flat<float>(x)));
+    partial = local * local;
+  } catch (...) {
+    error = std::current_exception();
+  }
+  return std::sqrt(global_sum_in_rank_order(x.comm(), error, partial));
+}
+
+template <class M>
+void axpby(double a, const DistView<M>& x, double b, const DistView<M>& y) {
+  std::exception_ptr error;
+  try {
+    check_pair(x, y, "axpby");
+    if (x.dtype() == DType::Float64) {
+      KokkosBlas::axpby(a, flat<double>(x), b, flat<double>(y));
+    } else {
+      KokkosBlas::axpby(static_cast<float>(a), flat<float>(x), static_cast<float>(b), flat<float>(y));
+    }
+    typename DistView<M>::execution_space().fence();
+  } catch (...) {
+    error = std::current_exception();
+  }
+  x.comm().agree(error);
+}
+
+#define KVMAP_INSTANTIATE_LINALG(Space)                                           \
+  template double dot<Space>(const DistView<Space>&, const DistView<Space>&);     \
+  template double nrm2<Space>(const DistView<Space>&);                            \
+  template void axpby<Space>(double, const DistView<Space>&, double, const DistView<Space>&);
+KVMAP_FOR_EACH_MEMORY_SPACE(KVMAP_INSTANTIATE_LINALG)
+
+}  // namespace kvmap::linalg
