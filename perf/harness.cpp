@@ -3,6 +3,7 @@
 #include <ATen/Parallel.h>
 #include <Kokkos_Core.hpp>
 #include <torch/version.h>
+#include <malloc.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,18 +20,9 @@
 
 namespace kvmap_perf {
 
-Timing measure(const kvmap::Comm& comm, const Settings& s, const std::function<void()>& op,
-               int reps_override) {
-  for (int i = 0; i < s.warmup; ++i) op();
-  const int reps = reps_override > 0 ? reps_override : s.reps;
-  std::vector<double> samples;
-  for (int i = 0; i < reps; ++i) {
-    comm.barrier();
-    const auto t0 = std::chrono::steady_clock::now();
-    op();
-    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    samples.push_back(comm.allreduce_max(dt));
-  }
+namespace {
+Timing summarize(std::vector<double> samples) {
+  const int reps = static_cast<int>(samples.size());
   std::sort(samples.begin(), samples.end());
   Timing t;
   t.reps = reps;
@@ -38,6 +30,34 @@ Timing measure(const kvmap::Comm& comm, const Settings& s, const std::function<v
   t.max = samples.back();
   t.median = reps % 2 ? samples[reps / 2] : 0.5 * (samples[reps / 2 - 1] + samples[reps / 2]);
   return t;
+}
+}  // namespace
+
+std::vector<Timing> measure_interleaved(const kvmap::Comm& comm, const Settings& s,
+                                        const std::vector<std::function<void()>>& ops,
+                                        int reps_override) {
+  for (int i = 0; i < s.warmup; ++i) {
+    for (const auto& op : ops) op();
+  }
+  const int reps = reps_override > 0 ? reps_override : s.reps;
+  std::vector<std::vector<double>> samples(ops.size());
+  for (int i = 0; i < reps; ++i) {
+    for (std::size_t k = 0; k < ops.size(); ++k) {
+      comm.barrier();
+      const auto t0 = std::chrono::steady_clock::now();
+      ops[k]();
+      const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      samples[k].push_back(comm.allreduce_max(dt));
+    }
+  }
+  std::vector<Timing> out;
+  for (auto& v : samples) out.push_back(summarize(std::move(v)));
+  return out;
+}
+
+Timing measure(const kvmap::Comm& comm, const Settings& s, const std::function<void()>& op,
+               int reps_override) {
+  return measure_interleaved(comm, s, {op}, reps_override).front();
 }
 
 Report::Report(const kvmap::Comm& comm, Settings settings) : comm_(comm), settings_(std::move(settings)) {}
@@ -166,6 +186,7 @@ double status_mib(const char* key) {
 }  // namespace
 
 void reset_peak_rss() {
+  malloc_trim(0);  // return freed heap to the system, so the baseline is what is in use
   std::ofstream clear("/proc/self/clear_refs");
   clear << "5";  // resets VmHWM to the current RSS (Linux >= 4.0)
 }

@@ -27,6 +27,12 @@ struct Timing {
 Timing measure(const kvmap::Comm& comm, const Settings& s, const std::function<void()>& op,
                int reps_override = 0);
 
+// Times several contenders round-robin (rep i of every contender before rep i + 1 of any),
+// so drifts of a noisy machine hit all of them alike.
+std::vector<Timing> measure_interleaved(const kvmap::Comm& comm, const Settings& s,
+                                        const std::vector<std::function<void()>>& ops,
+                                        int reps_override = 0);
+
 // One line of the results: a scenario, a case, a contender and its figures.
 struct Record {
   std::string scenario, case_name, contender;

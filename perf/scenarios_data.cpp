@@ -110,8 +110,9 @@ void scenario_redistribution(Report& report) {
     RawExchange x01 = raw_exchange(a.layout(), to1, me, P, 8);
     run_alltoallv(comm, x01);
     require_same(raw_exchange_ok(x01, me, P), "redistribution", "MPI_Alltoallv");
-    const Timing t_resplit = measure(comm, report.settings(), [&] { View b = a.resplit(1); }, reps);
-    const Timing t_raw01 = measure(comm, report.settings(), [&] { run_alltoallv(comm, x01); }, reps);
+    const auto t01 = measure_interleaved(comm, report.settings(),
+                                         {[&] { View b = a.resplit(1); }, [&] { run_alltoallv(comm, x01); }}, reps);
+    const Timing &t_resplit = t01[0], &t_raw01 = t01[1];
     report.add({"redistribution", "resplit 0->1 " + size, "kvmap resplit", t_resplit,
                 {{"bytes_per_s", bytes / t_resplit.median}, {"ratio_to_raw", t_raw01.median / t_resplit.median}}, {}});
     report.add({"redistribution", "resplit 0->1 " + size, "MPI_Alltoallv", t_raw01,
@@ -129,8 +130,9 @@ void scenario_redistribution(Report& report) {
     RawExchange xb = raw_exchange(u.layout(), a.layout(), me, P, 8);
     run_alltoallv(comm, xb);
     require_same(raw_exchange_ok(xb, me, P), "redistribution", "MPI_Alltoallv");
-    const Timing t_balance = measure(comm, report.settings(), [&] { View b = u.balance(); }, reps);
-    const Timing t_rawb = measure(comm, report.settings(), [&] { run_alltoallv(comm, xb); }, reps);
+    const auto tb = measure_interleaved(comm, report.settings(),
+                                        {[&] { View b = u.balance(); }, [&] { run_alltoallv(comm, xb); }}, reps);
+    const Timing &t_balance = tb[0], &t_rawb = tb[1];
     report.add({"redistribution", "balance " + size, "kvmap balance", t_balance,
                 {{"bytes_per_s", bytes / t_balance.median}, {"ratio_to_raw", t_rawb.median / t_balance.median}}, {}});
     report.add({"redistribution", "balance " + size, "MPI_Alltoallv", t_rawb, {{"bytes_per_s", bytes / t_rawb.median}}, {}});
@@ -144,10 +146,14 @@ void scenario_redistribution(Report& report) {
     }
     std::vector<char> gathered(static_cast<std::size_t>(bytes));
     const at::Tensor mine = a.local();
-    const Timing t_ag = measure(comm, report.settings(), [&] { (void)a.allgather(); }, reps);
-    const Timing t_rawag = measure(comm, report.settings(), [&] {
-      MPI_Allgatherv(mine.data_ptr(), gc[me], MPI_BYTE, gathered.data(), gc.data(), gd.data(), MPI_BYTE, comm.raw());
-    }, reps);
+    const auto tag = measure_interleaved(comm, report.settings(),
+                                         {[&] { (void)a.allgather(); },
+                                          [&] {
+                                            MPI_Allgatherv(mine.data_ptr(), gc[me], MPI_BYTE, gathered.data(),
+                                                           gc.data(), gd.data(), MPI_BYTE, comm.raw());
+                                          }},
+                                         reps);
+    const Timing &t_ag = tag[0], &t_rawag = tag[1];
     require_same(std::memcmp(gathered.data(), full.data_ptr(), gathered.size()) == 0, "redistribution", "MPI_Allgatherv");
     report.add({"redistribution", "allgather " + size, "kvmap allgather", t_ag,
                 {{"bytes_per_s", bytes / t_ag.median}, {"ratio_to_raw", t_rawag.median / t_ag.median}}, {}});
@@ -156,10 +162,14 @@ void scenario_redistribution(Report& report) {
     // gather to rank 0
     const at::Tensor g = a.gather(0);
     require_same(me != 0 || at::equal(g, full), "redistribution", "gather");
-    const Timing t_g = measure(comm, report.settings(), [&] { (void)a.gather(0); }, reps);
-    const Timing t_rawg = measure(comm, report.settings(), [&] {
-      MPI_Gatherv(mine.data_ptr(), gc[me], MPI_BYTE, gathered.data(), gc.data(), gd.data(), MPI_BYTE, 0, comm.raw());
-    }, reps);
+    const auto tg = measure_interleaved(comm, report.settings(),
+                                        {[&] { (void)a.gather(0); },
+                                         [&] {
+                                           MPI_Gatherv(mine.data_ptr(), gc[me], MPI_BYTE, gathered.data(), gc.data(),
+                                                       gd.data(), MPI_BYTE, 0, comm.raw());
+                                         }},
+                                        reps);
+    const Timing &t_g = tg[0], &t_rawg = tg[1];
     report.add({"redistribution", "gather " + size, "kvmap gather", t_g,
                 {{"bytes_per_s", bytes / t_g.median}, {"ratio_to_raw", t_rawg.median / t_g.median}}, {}});
     report.add({"redistribution", "gather " + size, "MPI_Gatherv", t_rawg, {{"bytes_per_s", bytes / t_rawg.median}}, {}});
@@ -192,9 +202,9 @@ void scenario_native(Report& report) {
   kk_gemm();
   require_same(at::allclose(kvmap::to_tensor(C), reference, 1e-10, 1e-10), "native", "KokkosBatched SerialGemm");
   require_same(at::allclose(vmm(a, b).local(), reference, 1e-10, 1e-10), "native", "kvmap::vmap(matmul)");
-  const Timing t_vmap = measure(comm, report.settings(), [&] { View c = vmm(a, b); });
-  const Timing t_kk = measure(comm, report.settings(), kk_gemm);
-  const Timing t_bmm = measure(comm, report.settings(), [&] { (void)at::bmm(A, B); });
+  const auto tm = measure_interleaved(comm, report.settings(),
+                                      {[&] { View c = vmm(a, b); }, kk_gemm, [&] { (void)at::bmm(A, B); }});
+  const Timing &t_vmap = tm[0], &t_kk = tm[1], &t_bmm = tm[2];
   const std::string gemm_case = "gemm 8x8 n=" + std::to_string(n);
   report.add({"native", gemm_case, "kvmap::vmap(matmul)", t_vmap, {{"over_kokkos_batched", t_vmap.median / t_kk.median}}, {}});
   report.add({"native", gemm_case, "KokkosBatched gemm", t_kk, {}, {}});
@@ -219,10 +229,11 @@ void scenario_native(Report& report) {
   };
   require_same(std::abs(kvmap::linalg::dot(x, y) - raw_dot()) <= 1e-9 * std::abs(raw_dot()), "native", "kvmap::linalg::dot");
   require_same(std::abs(kvmap::linalg::nrm2(x) - raw_nrm2()) <= 1e-9 * raw_nrm2(), "native", "kvmap::linalg::nrm2");
-  const Timing t_dot = measure(comm, report.settings(), [&] { (void)kvmap::linalg::dot(x, y); });
-  const Timing t_rdot = measure(comm, report.settings(), [&] { (void)raw_dot(); });
-  const Timing t_nrm = measure(comm, report.settings(), [&] { (void)kvmap::linalg::nrm2(x); });
-  const Timing t_rnrm = measure(comm, report.settings(), [&] { (void)raw_nrm2(); });
+  const auto tl = measure_interleaved(comm, report.settings(),
+                                      {[&] { (void)kvmap::linalg::dot(x, y); }, [&] { (void)raw_dot(); },
+                                       [&] { (void)kvmap::linalg::nrm2(x); }, [&] { (void)raw_nrm2(); }},
+                                      std::max(9, report.settings().reps));
+  const Timing &t_dot = tl[0], &t_rdot = tl[1], &t_nrm = tl[2], &t_rnrm = tl[3];
   const std::string blas_case = "n/rank=" + std::to_string(len);
   report.add({"native", "dot " + blas_case, "kvmap::linalg::dot", t_dot, {{"over_raw", t_dot.median / t_rdot.median}}, {}});
   report.add({"native", "dot " + blas_case, "KokkosBlas+Allreduce", t_rdot, {}, {}});

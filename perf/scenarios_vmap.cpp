@@ -64,10 +64,13 @@ void scenario_overhead(Report& report) {
       require_same(close(raw_functorch(fn.per_sample, xl), direct), "overhead", "raw functorch vmap");
       const bool run_loop = n <= 100000;
       if (run_loop) require_same(close(per_sample_loop(fn.per_sample, xl), direct), "overhead", "per-sample loop");
-      const int reps = n <= 1024 ? 200 : report.settings().reps;
-      const Timing t_direct = measure(comm, report.settings(), [&] { (void)fn.batched(xl); }, reps);
-      const Timing t_raw = measure(comm, report.settings(), [&] { (void)raw_functorch(fn.per_sample, xl); }, reps);
-      const Timing t_kvmap = measure(comm, report.settings(), [&] { (void)vf(x); }, reps);
+      const int reps = n <= 1024 ? 200 : std::max(5, report.settings().reps);
+      const auto t = measure_interleaved(comm, report.settings(),
+                                         {[&] { (void)fn.batched(xl); },
+                                          [&] { (void)raw_functorch(fn.per_sample, xl); },
+                                          [&] { (void)vf(x); }},
+                                         reps);
+      const Timing &t_direct = t[0], &t_raw = t[1], &t_kvmap = t[2];
       const Timing t_loop = measure(comm, report.settings(), [&] { (void)per_sample_loop(fn.per_sample, xl); },
                                     n <= 1024 ? 20 : 3);
       report.add({"overhead", case_name, "direct batched", t_direct, {}, {}});
@@ -89,21 +92,31 @@ void scenario_chunks(Report& report) {
   auto f = [&](const at::Tensor& x) { return at::tanh(at::matmul(x, W)).sum(-1); };
   View x = View::from_local(seeded_randn({n, 64}, 200 + comm.rank()), 0, comm);
   const at::Tensor reference = f(x.local());
-  double unchunked = 0;
-  std::vector<std::optional<std::int64_t>> sizes = {std::nullopt, 4096, 256, 16, 1};
+  // Smallest chunks first, so each peak is measured before larger calls grew the heap.
+  const std::vector<std::optional<std::int64_t>> sizes = {1, 16, 256, 4096, std::nullopt};
+  std::vector<double> peaks;
   for (const auto& cs : sizes) {
+    auto vf = kvmap::vmap(f, kvmap::VmapOptions().chunk_size(cs));
+    reset_peak_rss();
+    const double before = current_rss_mib();
+    { View y = vf(x); }
+    peaks.push_back(peak_rss_mib() - before);
+  }
+  auto unchunked_f = kvmap::vmap(f);
+  double unchunked = 0;
+  for (std::size_t i = sizes.size(); i-- > 0;) {
+    const auto& cs = sizes[i];
     const std::string name = cs ? "chunk_size=" + std::to_string(*cs) : std::string("unchunked");
     report.progress("chunks: " + name + " at " + std::to_string(n) + " samples");
     auto vf = kvmap::vmap(f, kvmap::VmapOptions().chunk_size(cs));
     require_same(close(vf(x).local(), reference), "chunks", name);
-    // Peak memory of one call above the resident set before it.
-    const double before = current_rss_mib();
-    reset_peak_rss();
-    { View y = vf(x); }
-    const double peak = peak_rss_mib() - before;
-    const Timing t = measure(comm, report.settings(), [&] { View y = vf(x); },
-                             cs && *cs < 16 ? 3 : 0);
-    if (!cs) unchunked = t.median;
+    const double peak = peaks[i];
+    // Interleaved with the unchunked call, so the ratio survives drifts.
+    const auto both = measure_interleaved(comm, report.settings(),
+                                          {[&] { View y = vf(x); }, [&] { View y = unchunked_f(x); }},
+                                          cs && *cs < 16 ? 3 : 0);
+    const Timing& t = both[0];
+    unchunked = both[1].median;
     report.add({"chunks", "n=100000 hidden=256", name, t,
                 {{"time_over_unchunked", t.median / unchunked}, {"peak_extra_mib", peak}}, {}});
   }

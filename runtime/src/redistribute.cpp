@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <mutex>
+#include <optional>
 #include <sstream>
 
 #include "kvmap/dist_view.hpp"
@@ -84,10 +86,105 @@ Impl::LocalBlock buffer_block(unsigned char* data, const Box& box) {
   return b;
 }
 
+// Reusable scratch memory for packing, one cache per memory space: fresh allocations
+// cost page faults on every call, which dominate the exchange on many machines.
 template <class M>
-Kokkos::View<unsigned char*, M> scratch(std::size_t bytes) {
-  return Kokkos::View<unsigned char*, M>(
-      Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("kvmap::redistribute")), bytes);
+class ScratchCache {
+ public:
+  using Buffer = Kokkos::View<unsigned char*, M>;
+  static ScratchCache& instance() {
+    static ScratchCache* cache = [] {
+      auto* c = new ScratchCache();
+      Kokkos::push_finalize_hook([c] { c->release(); });
+      return c;
+    }();
+    return *cache;
+  }
+  Buffer take(std::size_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto it = free_.begin(); it != free_.end(); ++it) {
+      if (it->extent(0) >= bytes) {
+        Buffer b = *it;
+        free_.erase(it);
+        return b;
+      }
+    }
+    return Buffer(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("kvmap::redistribute")), bytes);
+  }
+  void give_back(Buffer b) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    free_.push_back(std::move(b));
+    // Keep the two largest buffers (one send, one receive).
+    std::sort(free_.begin(), free_.end(), [](const Buffer& a, const Buffer& c) { return a.extent(0) > c.extent(0); });
+    if (free_.size() > 2) free_.resize(2);
+  }
+  void release() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    free_.clear();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<Buffer> free_;
+};
+
+template <class M>
+struct ScratchLease {
+  typename ScratchCache<M>::Buffer buffer;
+  explicit ScratchLease(std::size_t bytes) : buffer(ScratchCache<M>::instance().take(bytes)) {}
+  ~ScratchLease() { ScratchCache<M>::instance().give_back(std::move(buffer)); }
+  ScratchLease(const ScratchLease&) = delete;
+  ScratchLease& operator=(const ScratchLease&) = delete;
+  unsigned char* data() const { return buffer.data(); }
+};
+
+// True when `sub` is one contiguous run of memory inside a block holding `whole`.
+bool contiguous_in(const Impl::LocalBlock& block, const Box& sub) {
+  if (sub.volume() <= 1) return true;
+  const auto g = Impl::make_box_geometry(sub.extents(), block.strides, block.strides);
+  return g.ndim == 1 && g.src_strides[0] == 1;
+}
+
+// True when the block's elements fill its span without gaps or overlaps.
+bool dense(const Impl::LocalBlock& block, std::size_t itemsize) {
+  std::int64_t n = 1;
+  for (std::int64_t e : block.extents) n *= e;
+  return Impl::checked_span_bytes(block.extents, block.strides, itemsize) ==
+         static_cast<std::size_t>(n) * itemsize;
+}
+
+std::size_t offset_bytes(const Impl::LocalBlock& block, const Box& whole, const Box& sub,
+                         std::size_t itemsize) {
+  if (sub.volume() == 0) return 0;
+  return static_cast<std::size_t>(address(block, whole, sub, itemsize) -
+                                  static_cast<const unsigned char*>(block.data));
+}
+
+// One side of an exchange: MPI reads (or writes) the block in place when every piece is a
+// contiguous run of a dense block; otherwise the pieces go through a packed scratch buffer.
+struct Side {
+  bool direct = false;
+  std::vector<std::size_t> counts, displs;
+  std::size_t total = 0;
+};
+
+Side plan_side(const Impl::LocalBlock& block, const Box& whole, const std::vector<Box>& pieces, int me,
+               std::size_t itemsize, bool include_self) {
+  const int P = static_cast<int>(pieces.size());
+  Side side;
+  side.counts.assign(P, 0);
+  side.displs.assign(P, 0);
+  side.direct = dense(block, itemsize);
+  for (int p = 0; p < P && side.direct; ++p) {
+    if (p != me || include_self) side.direct = contiguous_in(block, pieces[p]);
+  }
+  for (int p = 0; p < P; ++p) {
+    if (p == me && !include_self) continue;
+    side.counts[p] = static_cast<std::size_t>(pieces[p].volume()) * itemsize;
+    side.displs[p] = side.direct ? offset_bytes(block, whole, pieces[p], itemsize) : side.total;
+    side.total += side.counts[p];
+  }
+  return side;
 }
 
 // Moves src's data into a fresh DistView of layout `target`. Arguments were agreed.
@@ -110,65 +207,77 @@ DistView<M> move_data(const DistView<M>& src, const Layout& target) {
   }
 
   if (target.is_replicated()) {
-    std::vector<std::size_t> counts(P), displs(P);
-    std::size_t total = 0;
-    for (int r = 0; r < P; ++r) {
-      counts[r] = static_cast<std::size_t>(held(S, r).volume()) * itemsize;
-      displs[r] = total;
-      total += counts[r];
+    // Every rank's block goes to every rank: one allgatherv.
+    std::vector<Box> theirs(P);
+    for (int r = 0; r < P; ++r) theirs[r] = held(S, r);
+    std::vector<Box> mine(P, my_src);
+    const Side send = plan_side(src.block(), my_src, mine, me, itemsize, true);
+    const Side recv = plan_side(dst, my_dst, theirs, me, itemsize, true);
+    std::optional<ScratchLease<M>> send_buf, recv_buf;
+    const unsigned char* send_ptr = static_cast<const unsigned char*>(src.block().data) + send.displs[me];
+    if (!send.direct) {
+      send_buf.emplace(send.counts[me]);
+      copy_sub_box(exec, src.block(), my_src, buffer_block(send_buf->data(), my_src), my_src, my_src, itemsize);
+      send_ptr = send_buf->data();
     }
-    auto send = scratch<M>(counts[me]);
-    auto recv = scratch<M>(total);
-    copy_sub_box(exec, src.block(), my_src, buffer_block(send.data(), my_src), my_src, my_src,
-                 itemsize);
+    unsigned char* recv_base = static_cast<unsigned char*>(dst.data);
+    if (!recv.direct) {
+      recv_buf.emplace(recv.total);
+      recv_base = recv_buf->data();
+    }
     exec.fence();
-    comm.allgatherv_bytes(send.data(), counts[me], recv.data(), counts, displs);
-    for (int r = 0; r < P; ++r) {
-      const Box theirs = held(S, r);
-      copy_sub_box(exec, buffer_block(recv.data() + displs[r], theirs), theirs, dst, my_dst, theirs,
-                   itemsize);
+    comm.allgatherv_bytes(send_ptr, send.counts[me], recv_base, recv.counts, recv.displs);
+    if (!recv.direct) {
+      for (int r = 0; r < P; ++r) {
+        copy_sub_box(exec, buffer_block(recv_base + recv.displs[r], theirs[r]), theirs[r], dst, my_dst,
+                     theirs[r], itemsize);
+      }
     }
     exec.fence();
     return DistView<M>::from_parts(target, src.dtype(), comm, std::move(dst));
   }
 
-  std::vector<std::size_t> send_counts(P, 0), send_displs(P, 0), recv_counts(P, 0),
-      recv_displs(P, 0);
   std::vector<Box> send_boxes(P), recv_boxes(P);
-  std::size_t send_total = 0, recv_total = 0;
   for (int p = 0; p < P; ++p) {
     send_boxes[p] = intersect(my_src, held(target, p));
     recv_boxes[p] = intersect(held(S, p), my_dst);
-    if (p == me) continue;  // the local part is copied directly
-    send_counts[p] = static_cast<std::size_t>(send_boxes[p].volume()) * itemsize;
-    recv_counts[p] = static_cast<std::size_t>(recv_boxes[p].volume()) * itemsize;
-    send_displs[p] = send_total;
-    recv_displs[p] = recv_total;
-    send_total += send_counts[p];
-    recv_total += recv_counts[p];
   }
-  // A bound every rank computes alike: no rank sends or receives more than it holds.
+  // The local part is copied directly, the rest exchanged.
+  const Side send = plan_side(src.block(), my_src, send_boxes, me, itemsize, false);
+  const Side recv = plan_side(dst, my_dst, recv_boxes, me, itemsize, false);
+  // A bound every rank computes alike: no rank sends or receives beyond its dense blocks.
   std::size_t global_max = 0;
   for (int r = 0; r < P; ++r) {
     global_max = std::max<std::size_t>(
         global_max, static_cast<std::size_t>(std::max(held(S, r).volume(), held(target, r).volume())) *
                         itemsize);
   }
-  auto send = scratch<M>(send_total);
-  auto recv = scratch<M>(recv_total);
-  for (int p = 0; p < P; ++p) {
-    if (p == me) continue;
-    copy_sub_box(exec, src.block(), my_src, buffer_block(send.data() + send_displs[p], send_boxes[p]),
-                 send_boxes[p], send_boxes[p], itemsize);
+  std::optional<ScratchLease<M>> send_buf, recv_buf;
+  const unsigned char* send_base = static_cast<const unsigned char*>(src.block().data);
+  unsigned char* recv_base = static_cast<unsigned char*>(dst.data);
+  if (!send.direct) {
+    send_buf.emplace(send.total);
+    send_base = send_buf->data();
+    for (int p = 0; p < P; ++p) {
+      if (p == me) continue;
+      copy_sub_box(exec, src.block(), my_src, buffer_block(send_buf->data() + send.displs[p], send_boxes[p]),
+                   send_boxes[p], send_boxes[p], itemsize);
+    }
+  }
+  if (!recv.direct) {
+    recv_buf.emplace(recv.total);
+    recv_base = recv_buf->data();
   }
   copy_sub_box(exec, src.block(), my_src, dst, my_dst, send_boxes[me], itemsize);
   exec.fence();
-  comm.alltoallv_bytes(send.data(), send_counts, send_displs, recv.data(), recv_counts, recv_displs,
+  comm.alltoallv_bytes(send_base, send.counts, send.displs, recv_base, recv.counts, recv.displs,
                        global_max);
-  for (int q = 0; q < P; ++q) {
-    if (q == me) continue;
-    copy_sub_box(exec, buffer_block(recv.data() + recv_displs[q], recv_boxes[q]), recv_boxes[q], dst,
-                 my_dst, recv_boxes[q], itemsize);
+  if (!recv.direct) {
+    for (int q = 0; q < P; ++q) {
+      if (q == me) continue;
+      copy_sub_box(exec, buffer_block(recv_base + recv.displs[q], recv_boxes[q]), recv_boxes[q], dst,
+                   my_dst, recv_boxes[q], itemsize);
+    }
   }
   exec.fence();
   return DistView<M>::from_parts(target, src.dtype(), comm, std::move(dst));

@@ -98,10 +98,17 @@ std::int64_t validate_inputs(const std::vector<MappedInput>& inputs) {
   return batch;
 }
 
+// Built on every call: plain string appends, no stream.
 std::string options_signature(const VmapOptions& o) {
-  std::ostringstream os;
-  os << "vmap(out_dims=" << to_string(o.out_dims()) << ", randomness=" << name(o.randomness()) << ")";
-  return os.str();
+  std::string s = "vmap(out_dims=[";
+  for (std::size_t i = 0; i < o.out_dims().size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(o.out_dims()[i]);
+  }
+  s += "], randomness=";
+  s += name(o.randomness());
+  s += ")";
+  return s;
 }
 
 // ---- per-output metadata, fixed by chunk 0 and agreed across ranks ----------------------
@@ -177,7 +184,9 @@ struct ChunkRunner {
     std::vector<at::Tensor> chunk_inputs;
     chunk_inputs.reserve(inputs.size());
     for (std::size_t k = 0; k < inputs.size(); ++k) {
-      chunk_inputs.push_back(locals[k].narrow(*inputs[k].layout->split(), start, len));
+      const int split = *inputs[k].layout->split();
+      const bool whole = start == 0 && len == locals[k].size(split);
+      chunk_inputs.push_back(whole ? locals[k] : locals[k].narrow(split, start, len));
     }
     auto lock = torch_compat::vmap_region_lock();
     generator.before_chunk();
