@@ -32,7 +32,7 @@ as_root() {
 
 packages=(
   build-essential cmake ninja-build ccache pkg-config dpkg-dev
-  libtorch-dev libopenblas0-openmp
+  libtorch-dev libopenblas0-openmp python3-matplotlib
   libopenmpi-dev openmpi-bin
   doctest-dev
   python3 python3-dev pybind11-dev python3-torch python3-mpi4py python3-pytest python3-numpy

@@ -3,6 +3,8 @@
 #include "support/kvmap_test.hpp"
 
 #include <c10/util/Exception.h>
+
+#include "kvmap/impl/torch_compat.hpp"
 #include <torch/version.h>
 #include <mpi.h>
 
@@ -397,4 +399,50 @@ TEST_CASE("soak: 10,000 calls leave no Kokkos allocations behind") {
     auto y = kvmap::vmap(f, VmapOptions().chunk_size(i % 2 ? 2 : 1000))(x);
   }
   CHECK(kvmap::stats().bytes_live == live);
+}
+
+namespace {
+std::vector<std::string>* g_regions = nullptr;
+void record_region(const char* name) {
+  if (g_regions) g_regions->push_back(name);
+}
+void ignore_pop() {}
+}  // namespace
+
+TEST_CASE("every phase is a Kokkos Tools region") {
+  std::vector<std::string> regions;
+  g_regions = &regions;
+  Kokkos::Tools::Experimental::set_push_region_callback(record_region);
+  Kokkos::Tools::Experimental::set_pop_region_callback(ignore_pop);
+  auto x = View::zeros({3 * nranks(), 2}, DType::Float64, 0);
+  kvmap::DistView<TestMemSpace> y = kvmap::vmap([](const at::Tensor& v) { return v + 1; },
+                                                VmapOptions().chunk_size(2))(x);
+  Kokkos::Tools::Experimental::set_push_region_callback(nullptr);
+  Kokkos::Tools::Experimental::set_pop_region_callback(nullptr);
+  g_regions = nullptr;
+  for (const char* phase : {"kvmap::vmap", "kvmap::vmap/validate", "kvmap::vmap/chunk",
+                            "kvmap::vmap/agree", "kvmap::vmap/assemble"}) {
+    CHECK_MESSAGE(std::find(regions.begin(), regions.end(), phase) != regions.end(), phase);
+  }
+  CHECK(y.allgather().eq(1).all().item<bool>());
+}
+
+TEST_CASE("nested vmaps inside the function keep working") {
+  // What torch.vmap does inside a Python function: one more functorch level, pushed and
+  // popped within f, over a non-mapped axis of each sample.
+  namespace tc = kvmap::Impl::torch_compat;
+  const int P = nranks();
+  const at::Tensor full = randn_everywhere({2 * P + 1, 4, 3}, at::kDouble, 20);
+  auto x = View::from_global(full, 0);
+  auto f = [](const at::Tensor& sample) {  // sample: (4, 3)
+    tc::VmapLevel inner(sample.size(0), tc::VmapRandomness::Error);
+    at::Tensor rows = inner.add_batch_dim(sample, 0);            // (3,) per row
+    return inner.remove_batch_dim(rows.softmax(0) * rows.sum(), 0);  // (4, 3) again
+  };
+  auto y = kvmap::vmap(f, VmapOptions().chunk_size(2))(x);
+  const auto ref = loop_reference(2 * P + 1, {0}, [&](int64_t i) {
+    const at::Tensor s = full.select(0, i);
+    return std::vector<at::Tensor>{s.softmax(1) * s.sum(1, true)};
+  });
+  CHECK(close(y.allgather(), ref[0]));
 }

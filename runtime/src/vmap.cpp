@@ -6,6 +6,7 @@
 
 #include <Kokkos_Core.hpp>
 
+#include <mutex>
 #include <sstream>
 
 #include "kvmap/error.hpp"
@@ -178,8 +179,19 @@ struct ChunkRunner {
   std::uint64_t sample_key;
 
   // Runs f on samples [start, start + len) and returns each output with its batch moved to
-  // its normalized out_dim. `metas` (chunk 0 leaves it empty) is filled or checked.
-  std::vector<at::Tensor> run(std::int64_t start, std::int64_t len, std::vector<OutputMeta>& metas) const {
+  // its normalized out_dim. Chunk 0 fills `metas` (passed empty); later chunks check
+  // their outputs against it.
+  std::vector<at::Tensor> run_first(std::int64_t len, std::vector<OutputMeta>& metas) const {
+    return run_checked(0, len, &metas, metas);
+  }
+  std::vector<at::Tensor> run_next(std::int64_t start, std::int64_t len,
+                                   const std::vector<OutputMeta>& expected) const {
+    return run_checked(start, len, nullptr, expected);
+  }
+
+ private:
+  std::vector<at::Tensor> run_checked(std::int64_t start, std::int64_t len, std::vector<OutputMeta>* record,
+                                      const std::vector<OutputMeta>& metas) const {
     Region region("kvmap::vmap/chunk");
     std::vector<at::Tensor> chunk_inputs;
     chunk_inputs.reserve(inputs.size());
@@ -207,7 +219,7 @@ struct ChunkRunner {
       SampleContextGuard guard(&context);
       results = call(batched);
     }
-    const bool first = metas.empty();
+    const bool first = record != nullptr;
     KVMAP_CHECK(first || results.size() == metas.size(), ValueError,
                 "kvmap::vmap: the function returned " << results.size() << " outputs on samples ["
                                                       << start << ", " << start + len
@@ -234,7 +246,7 @@ struct ChunkRunner {
                                          << " but the inputs' memory space maps to "
                                          << torch_device(device));
       if (first) {
-        metas.push_back(m);
+        record->push_back(m);
       } else {
         KVMAP_CHECK(std::memcmp(&m, &metas[k], sizeof m) == 0, ValueError,
                     "kvmap::vmap: output " << k << " has " << describe(m) << " on samples ["
@@ -261,7 +273,7 @@ LocalRun run_local(const VmapOptions& options, std::int64_t n_local, const Chunk
   out.chunks = nchunks;
 
   // Chunk 0 alone fixes the outputs' shapes and dtypes.
-  std::vector<at::Tensor> first = runner.run(0, cs, out.metas);
+  std::vector<at::Tensor> first = runner.run_first(cs, out.metas);
   if (nchunks == 1) {
     // Adopted as they are, unless a stride-0 broadcast has to be materialized once.
     for (at::Tensor& t : first) {
@@ -290,14 +302,21 @@ LocalRun run_local(const VmapOptions& options, std::int64_t n_local, const Chunk
   write(0, first);
   first.clear();
 
-  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(nchunks));
-  std::vector<std::vector<OutputMeta>> metas(static_cast<std::size_t>(nchunks), out.metas);
+  // The error of the lowest failing chunk is rethrown once the policy has completed.
+  std::mutex error_mutex;
+  std::int64_t failed_chunk = nchunks;
+  std::exception_ptr error;
+  const std::vector<OutputMeta>& expected = out.metas;
   auto body = [&](const std::int64_t c) {
     try {
       const std::int64_t start = c * cs, len = std::min(cs, n_local - start);
-      write(start, runner.run(start, len, metas[c]));
+      write(start, runner.run_next(start, len, expected));
     } catch (...) {
-      errors[c] = std::current_exception();
+      std::lock_guard<std::mutex> lock(error_mutex);
+      if (c < failed_chunk) {
+        failed_chunk = c;
+        error = std::current_exception();
+      }
     }
   };
   // Same-mode randomness restores one generator state per chunk: one chunk at a time.
@@ -318,9 +337,7 @@ LocalRun run_local(const VmapOptions& options, std::int64_t n_local, const Chunk
       Host().fence();
     }
   }
-  for (const std::exception_ptr& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
+  if (error) std::rethrow_exception(error);
   return out;
 }
 
