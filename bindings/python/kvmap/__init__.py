@@ -1,0 +1,101 @@
+"""kvmap: per-sample torch functions vectorized over arrays distributed with MPI.
+
+Heat-compatible spelling: ``kvmap.array``, ``kvmap.zeros/ones/arange``,
+``kvmap.random.rand/randn``, ``DistView.larray/gshape/lshape/split/...`` and
+``kvmap.vmap(func, out_dims=0, randomness="error", *, chunk_size=None)``.
+"""
+import atexit as _atexit
+
+import torch as _torch  # noqa: F401  (registers torch's Python types before the extension)
+from mpi4py import MPI as _MPI  # noqa: F401  (initializes MPI; kvmap never finalizes it)
+
+from . import _kvmap
+from ._kvmap import DistView, Error, RemoteError, build_info, version
+
+_kvmap._initialize()
+
+
+@_atexit.register
+def _finalize():
+    import gc
+
+    gc.collect()
+    _kvmap._finalize()
+
+
+__all__ = ["DistView", "Error", "RemoteError", "array", "zeros", "ones", "full", "arange",
+           "vmap", "random", "manual_seed", "dot", "nrm2", "stats", "reset_stats",
+           "version", "build_info"]
+__version__ = version()
+
+
+def _shape(args):
+    if len(args) == 1 and isinstance(args[0], (tuple, list)):
+        return [int(a) for a in args[0]]
+    return [int(a) for a in args]
+
+
+def array(obj, split=None, is_split=None, comm=None):
+    """A DistView from a tensor (or anything torch.as_tensor takes).
+
+    split:    every rank passes the full array and keeps its slice along ``split``.
+    is_split: every rank passes its local piece; the pieces are concatenated in rank order
+              along ``is_split`` (zero copy: the DistView shares the tensor's memory).
+    neither:  every rank passes the full array, which is replicated.
+    """
+    if split is not None and is_split is not None:
+        raise ValueError("kvmap.array: split and is_split are mutually exclusive, got split=%r and "
+                         "is_split=%r" % (split, is_split))
+    t = obj if isinstance(obj, _torch.Tensor) else _torch.as_tensor(obj)
+    if is_split is not None:
+        return _kvmap._from_local(t, is_split, comm)
+    return _kvmap._from_global(t, split, comm)
+
+
+def full(shape, fill_value, dtype=None, split=None, comm=None):
+    return _kvmap._full(_shape((shape,)), float(fill_value), dtype, split, comm)
+
+
+def zeros(*shape, dtype=None, split=None, comm=None):
+    return _kvmap._full(_shape(shape), 0.0, dtype, split, comm)
+
+
+def ones(*shape, dtype=None, split=None, comm=None):
+    return _kvmap._full(_shape(shape), 1.0, dtype, split, comm)
+
+
+def arange(n, dtype=None, split=None, comm=None):
+    return _kvmap._arange(int(n), dtype, split, comm)
+
+
+def manual_seed(seed, comm=None):
+    """Seeds kvmap's random streams on every rank (collective)."""
+    _kvmap._manual_seed(int(seed), comm)
+
+
+def dot(x, y):
+    """Global dot product of two DistViews with equal layouts (Kokkos Kernels + MPI)."""
+    return _kvmap._dot(x, y)
+
+
+def nrm2(x):
+    return _kvmap._nrm2(x)
+
+
+def stats():
+    return _kvmap._stats()
+
+
+def reset_stats():
+    _kvmap._reset_stats()
+
+
+def _numpy(self):
+    """The global array as a NumPy array on every rank."""
+    return self.allgather().numpy()
+
+
+DistView.numpy = _numpy
+
+from . import random  # noqa: E402
+from ._vmap import vmap  # noqa: E402

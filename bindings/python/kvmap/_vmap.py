@@ -1,0 +1,41 @@
+"""kvmap.vmap with Heat's signature and argument checks, running kvmap's C++ scheduler."""
+from . import _kvmap
+
+_RANDOMNESS = ("error", "same", "different")
+
+
+def vmap(func, out_dims=0, randomness="error", *, chunk_size=None):
+    """Vectorizes ``func``, written for one sample, over the split axis of DistViews.
+
+    The result takes DistViews positionally (anything else positional: TypeError), passes
+    keyword arguments to ``func`` unmapped, and returns a tuple of DistViews, one per
+    output, output k split along ``out_dims[k]``. ``chunk_size`` bounds the samples
+    processed at once on each rank.
+    """
+    if not callable(func):
+        raise TypeError("kvmap.vmap: func must be callable, got %s" % type(func).__name__)
+    if not isinstance(randomness, str) or randomness not in _RANDOMNESS:
+        raise ValueError("kvmap.vmap: randomness must be one of %s, got %r" % (_RANDOMNESS, randomness))
+    if chunk_size is not None:
+        if not isinstance(chunk_size, int) or isinstance(chunk_size, bool):
+            raise TypeError("kvmap.vmap: chunk_size must be an int or None, got %s" % type(chunk_size).__name__)
+        if chunk_size < 1:
+            raise ValueError("kvmap.vmap: chunk_size must be >= 1, got %d" % chunk_size)
+    if isinstance(out_dims, int) and not isinstance(out_dims, bool):
+        dims = [out_dims]
+    elif isinstance(out_dims, (tuple, list)) and out_dims and all(
+            isinstance(d, int) and not isinstance(d, bool) for d in out_dims):
+        dims = list(out_dims)
+    else:
+        raise TypeError("kvmap.vmap: out_dims must be an int or a non-empty tuple of ints, got %r" % (out_dims,))
+
+    def vmapped(*args, **kwargs):
+        for i, a in enumerate(args):
+            if not isinstance(a, _kvmap.DistView):
+                raise TypeError("kvmap.vmap: positional argument %d must be a kvmap.DistView, got %s "
+                                "(pass other arguments as keywords)" % (i, type(a).__name__))
+        return _kvmap._vmap_call(func, dims, randomness, chunk_size, *args, **kwargs)
+
+    vmapped.__wrapped__ = func
+    vmapped.__doc__ = func.__doc__
+    return vmapped

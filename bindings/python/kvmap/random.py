@@ -1,0 +1,18 @@
+"""Process-count-invariant random DistViews: values depend only on (seed, global index)."""
+from . import _kvmap
+
+
+def _shape(args):
+    if len(args) == 1 and isinstance(args[0], (tuple, list)):
+        return [int(a) for a in args[0]]
+    return [int(a) for a in args]
+
+
+def rand(*shape, dtype=None, split=None, seed=None, comm=None):
+    """Uniform in [0, 1)."""
+    return _kvmap._random("uniform", _shape(shape), dtype, split, seed, comm)
+
+
+def randn(*shape, dtype=None, split=None, seed=None, comm=None):
+    """Standard normal."""
+    return _kvmap._random("normal", _shape(shape), dtype, split, seed, comm)

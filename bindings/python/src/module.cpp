@@ -1,0 +1,336 @@
+// _kvmap: the Python face of kvmap. DistViews of host memory, the vmap scheduler with a
+// Python callable, and the factories and redistributions Heat users know.
+#include <torch/csrc/DynamicTypes.h>
+#include <torch/csrc/utils/pybind.h>
+#include <torch/python.h>
+
+#include <pybind11/functional.h>
+#include <pybind11/stl.h>
+
+#include <Kokkos_Core.hpp>
+
+#include <mpi.h>
+
+#include "kvmap/kvmap.hpp"
+
+namespace py = pybind11;
+
+namespace {
+
+using View = kvmap::DistView<Kokkos::HostSpace>;
+
+// A DistView that can change in place (balance_, resplit_), as Heat's DNDarray does.
+struct PyDistView {
+  std::shared_ptr<View> view;
+  explicit PyDistView(View v) : view(std::make_shared<View>(std::move(v))) {}
+};
+
+kvmap::Comm to_comm(const py::object& comm) {
+  if (comm.is_none()) return kvmap::Comm::world();
+  // An mpi4py communicator: its Fortran handle converts without mpi4py's C headers.
+  if (!py::hasattr(comm, "py2f")) {
+    throw py::type_error("kvmap: comm must be an mpi4py.MPI.Comm or None, got " +
+                         std::string(py::str(py::type::of(comm))));
+  }
+  const MPI_Fint handle = comm.attr("py2f")().cast<MPI_Fint>();
+  return kvmap::Comm(MPI_Comm_f2c(handle));
+}
+
+std::optional<int> to_split(const py::object& split) {
+  if (split.is_none()) return std::nullopt;
+  if (!py::isinstance<py::int_>(split) || py::isinstance<py::bool_>(split)) {
+    throw py::type_error("kvmap: split must be an int or None, got " + std::string(py::str(py::type::of(split))));
+  }
+  return split.cast<int>();
+}
+
+py::tuple to_tuple(const kvmap::Shape& s) {
+  py::tuple t(s.size());
+  for (std::size_t i = 0; i < s.size(); ++i) t[i] = s[i];
+  return t;
+}
+
+kvmap::Shape to_shape(const py::args& args) {
+  kvmap::Shape shape;
+  if (args.size() == 1 && (py::isinstance<py::tuple>(args[0]) || py::isinstance<py::list>(args[0]))) {
+    for (auto v : args[0]) shape.push_back(v.cast<std::int64_t>());
+  } else {
+    for (auto v : args) shape.push_back(v.cast<std::int64_t>());
+  }
+  return shape;
+}
+
+kvmap::DType dtype_of(const py::object& dtype, kvmap::DType fallback) {
+  if (dtype.is_none()) return fallback;
+  return kvmap::from_torch(torch::python::detail::py_object_to_dtype(dtype));
+}
+
+// A Python exception raised by the user's function, held as C++ state until the scheduler
+// has agreed on the failure; then restored as the very same Python exception.
+struct PythonCallError : kvmap::Error {
+  PyObject* type;
+  PyObject* value;
+  PyObject* traceback;
+  PythonCallError(const std::string& what, PyObject* t, PyObject* v, PyObject* tb)
+      : kvmap::Error(what), type(t), value(v), traceback(tb) {}
+};
+
+// A Python error raised on this rank comes back with its type and traceback; anything else
+// goes through the exception translator.
+[[noreturn]] void rethrow_for_python(std::exception_ptr e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const PythonCallError& err) {
+    PyErr_Restore(err.type, err.value, err.traceback);  // steals the references
+    throw py::error_already_set();
+  }
+}
+
+kvmap::Randomness to_randomness(const std::string& r) {
+  if (r == "error") return kvmap::Randomness::Error;
+  if (r == "same") return kvmap::Randomness::Same;
+  if (r == "different") return kvmap::Randomness::Different;
+  throw py::value_error("kvmap.vmap: randomness must be 'error', 'same' or 'different', got '" + r + "'");
+}
+
+py::tuple run_vmap(const py::function& func, const kvmap::VmapOptions& options, const py::args& args,
+                   const py::kwargs& kwargs) {
+  std::vector<kvmap::Impl::MappedInput> mapped;
+  std::vector<int> slot(args.size(), -1);
+  std::vector<std::shared_ptr<View>> views;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    if (!py::isinstance<PyDistView>(args[i])) {
+      throw py::type_error("kvmap.vmap: positional argument " + std::to_string(i) +
+                           " must be a kvmap.DistView, got " + std::string(py::str(py::type::of(args[i]))) +
+                           " (pass other arguments as keywords)");
+    }
+    views.push_back(args[i].cast<PyDistView&>().view);
+    const View& v = *views.back();
+    if (v.split()) {
+      slot[i] = static_cast<int>(mapped.size());
+      mapped.push_back({&v.block(), v.dtype(), &v.layout(), kvmap::Impl::device_of<Kokkos::HostSpace>()});
+    }
+  }
+  const kvmap::Comm comm = views.empty() ? kvmap::Comm::world() : views.front()->comm();
+  kvmap::Impl::BatchedCall call = [&](const std::vector<at::Tensor>& batched) {
+    py::gil_scoped_acquire gil;
+    try {
+      py::tuple pargs(args.size());
+      for (std::size_t i = 0; i < args.size(); ++i) {
+        pargs[i] = py::cast(slot[i] >= 0 ? batched[slot[i]] : views[i]->local());
+      }
+      py::object out = func(*pargs, **kwargs);
+      std::vector<at::Tensor> outs;
+      if (THPVariable_Check(out.ptr())) {
+        outs.push_back(out.cast<at::Tensor>());
+      } else if (py::isinstance<py::tuple>(out) || py::isinstance<py::list>(out)) {
+        for (auto o : out) {
+          if (!THPVariable_Check(o.ptr())) {
+            throw py::type_error("kvmap.vmap: the function must return tensors, got a " +
+                                 std::string(py::str(py::type::of(o))) + " in its result");
+          }
+          outs.push_back(o.cast<at::Tensor>());
+        }
+      } else {
+        throw py::type_error("kvmap.vmap: the function must return a tensor or a tuple of tensors, got " +
+                             std::string(py::str(py::type::of(out))));
+      }
+      return outs;
+    } catch (py::error_already_set& e) {
+      std::string what = e.what();
+      e.restore();
+      PyObject *t, *v, *tb;
+      PyErr_Fetch(&t, &v, &tb);
+      throw PythonCallError(what, t, v, tb);
+    } catch (const py::builtin_exception& e) {
+      e.set_error();
+      PyObject *t, *v, *tb;
+      PyErr_Fetch(&t, &v, &tb);
+      throw PythonCallError(e.what(), t, v, tb);
+    }
+  };
+  kvmap::Impl::VmapResult result;
+  std::exception_ptr failure;
+  {
+    py::gil_scoped_release release;
+    try {
+      result = kvmap::Impl::run_vmap(mapped, options, comm, kvmap::Impl::device_of<Kokkos::HostSpace>(), call,
+                                     &kvmap::Impl::allocate_block<Kokkos::HostSpace>);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  }
+  if (failure) rethrow_for_python(failure);
+  py::tuple outputs(result.blocks.size());
+  for (std::size_t k = 0; k < result.blocks.size(); ++k) {
+    outputs[k] = py::cast(PyDistView(View::from_parts(std::move(result.layouts[k]), result.dtypes[k], comm,
+                                                      std::move(result.blocks[k]))));
+  }
+  return outputs;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_kvmap, m) {
+  m.doc() = "kvmap: per-sample torch functions over arrays distributed with MPI (C++ core)";
+
+  static py::exception<kvmap::Error> error(m, "Error", PyExc_RuntimeError);
+  static py::exception<kvmap::RemoteError> remote(m, "RemoteError", error.ptr());
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const PythonCallError& e) {
+      PyErr_Restore(e.type, e.value, e.traceback);
+    } catch (const kvmap::RemoteError& e) {
+      py::object exc = py::handle(remote.ptr())(e.what());
+      exc.attr("failed_ranks") = py::cast(e.failed_ranks());
+      PyErr_SetObject(remote.ptr(), exc.ptr());
+    } catch (const kvmap::ValueError& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    } catch (const kvmap::TypeError& e) {
+      PyErr_SetString(PyExc_TypeError, e.what());
+    } catch (const kvmap::Error& e) {
+      PyErr_SetString(error.ptr(), e.what());
+    }
+  });
+
+  m.def("_initialize", [] {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (!initialized) throw kvmap::Error("kvmap: MPI is not initialized (import mpi4py.MPI first)");
+    if (!Kokkos::is_initialized()) Kokkos::initialize();
+  });
+  m.def("_finalize", [] {
+    kvmap::Impl::release_cached_comms();
+    if (Kokkos::is_initialized()) Kokkos::finalize();
+  });
+  m.def("version", [] { return std::string(kvmap::version()); });
+  m.def("build_info", [] { return std::string(kvmap::build_info()); });
+
+  py::class_<PyDistView>(m, "DistView")
+      .def_property_readonly("larray", [](const PyDistView& d) { return d.view->local(); },
+                             "The local shard as a torch tensor sharing its memory")
+      .def_property_readonly("gshape", [](const PyDistView& d) { return to_tuple(d.view->gshape()); })
+      .def_property_readonly("shape", [](const PyDistView& d) { return to_tuple(d.view->gshape()); })
+      .def_property_readonly("lshape", [](const PyDistView& d) { return to_tuple(d.view->lshape()); })
+      .def_property_readonly("split", [](const PyDistView& d) -> py::object {
+        if (d.view->split()) return py::int_(*d.view->split());
+        return py::none();
+      })
+      .def_property_readonly("ndim", [](const PyDistView& d) { return d.view->ndim(); })
+      .def_property_readonly("dtype", [](const PyDistView& d) {
+        return py::reinterpret_borrow<py::object>(
+            reinterpret_cast<PyObject*>(torch::getTHPDtype(kvmap::to_torch(d.view->dtype()))));
+      })
+      .def_property_readonly("lshape_map", [](const PyDistView& d) {
+        const auto map = d.view->lshape_map();
+        at::Tensor t = at::empty({static_cast<std::int64_t>(map.size()), d.view->ndim()}, at::kLong);
+        for (std::size_t r = 0; r < map.size(); ++r) {
+          for (int k = 0; k < d.view->ndim(); ++k) t[r][k] = map[r][k];
+        }
+        return t;
+      })
+      .def_property_readonly("comm_size", [](const PyDistView& d) { return d.view->comm().size(); })
+      .def_property_readonly("comm_rank", [](const PyDistView& d) { return d.view->comm().rank(); })
+      .def("is_balanced", [](const PyDistView& d) { return d.view->is_balanced(); })
+      .def("balance_", [](PyDistView& d) {
+        py::gil_scoped_release release;
+        *d.view = d.view->balance();
+      })
+      .def("resplit_", [](PyDistView& d, const py::object& axis) {
+        const auto split = to_split(axis);
+        py::gil_scoped_release release;
+        *d.view = d.view->resplit(split);
+      })
+      .def("gather", [](const PyDistView& d, int root) -> py::object {
+        at::Tensor t;
+        {
+          py::gil_scoped_release release;
+          t = d.view->gather(root);
+        }
+        if (!t.defined()) return py::none();
+        return py::cast(t);
+      }, py::arg("root") = 0)
+      .def("allgather", [](const PyDistView& d) {
+        py::gil_scoped_release release;
+        return d.view->allgather();
+      })
+      .def("_local_address", [](const PyDistView& d) { return reinterpret_cast<std::uintptr_t>(d.view->local_data()); })
+      .def("__repr__", [](const PyDistView& d) {
+        return "kvmap.DistView(gshape=" + kvmap::to_string(d.view->gshape()) + ", split=" +
+               (d.view->split() ? std::to_string(*d.view->split()) : std::string("None")) + ", dtype=" +
+               kvmap::name(d.view->dtype()) + ", " + d.view->layout().str() + ")";
+      });
+
+  m.def("_from_global", [](const at::Tensor& t, const py::object& split, const py::object& comm) {
+    auto s = to_split(split);
+    auto c = to_comm(comm);
+    py::gil_scoped_release release;
+    return PyDistView(View::from_global(t.cpu(), s, c));
+  });
+  m.def("_from_local", [](const at::Tensor& t, const py::object& split, const py::object& comm) {
+    auto s = to_split(split);
+    auto c = to_comm(comm);
+    py::gil_scoped_release release;
+    return PyDistView(View::from_local(t, s, c));
+  });
+  m.def("_full", [](const kvmap::Shape& shape, double value, const py::object& dtype, const py::object& split,
+                    const py::object& comm) {
+    auto s = to_split(split);
+    auto c = to_comm(comm);
+    auto dt = dtype_of(dtype, kvmap::DType::Float32);
+    py::gil_scoped_release release;
+    return PyDistView(View::full(shape, value, dt, s, c));
+  });
+  m.def("_arange", [](std::int64_t n, const py::object& dtype, const py::object& split, const py::object& comm) {
+    auto s = to_split(split);
+    auto c = to_comm(comm);
+    auto dt = dtype_of(dtype, kvmap::DType::Int64);
+    py::gil_scoped_release release;
+    return PyDistView(View::arange(n, dt, s, c));
+  });
+  m.def("_random", [](const std::string& kind, const kvmap::Shape& shape, const py::object& dtype,
+                      const py::object& split, const py::object& seed, const py::object& comm) {
+    auto s = to_split(split);
+    auto c = to_comm(comm);
+    auto dt = dtype_of(dtype, kvmap::DType::Float32);
+    std::optional<std::uint64_t> sd;
+    if (!seed.is_none()) sd = seed.cast<std::uint64_t>();
+    py::gil_scoped_release release;
+    return PyDistView(kind == "normal" ? kvmap::random::normal<Kokkos::HostSpace>(shape, dt, s, c, sd)
+                                       : kvmap::random::uniform<Kokkos::HostSpace>(shape, dt, s, c, sd));
+  });
+  m.def("_manual_seed", [](std::uint64_t seed, const py::object& comm) {
+    auto c = to_comm(comm);
+    py::gil_scoped_release release;
+    kvmap::manual_seed(seed, c);
+  });
+  m.def("_dot", [](const PyDistView& x, const PyDistView& y) {
+    py::gil_scoped_release release;
+    return kvmap::linalg::dot(*x.view, *y.view);
+  });
+  m.def("_nrm2", [](const PyDistView& x) {
+    py::gil_scoped_release release;
+    return kvmap::linalg::nrm2(*x.view);
+  });
+  m.def("_vmap_call", [](const py::function& func, const std::vector<std::int64_t>& out_dims,
+                         const std::string& randomness, const py::object& chunk_size, const py::args& args,
+                         const py::kwargs& kwargs) {
+    kvmap::VmapOptions options;
+    options.out_dims(out_dims).randomness(to_randomness(randomness));
+    if (!chunk_size.is_none()) options.chunk_size(chunk_size.cast<std::int64_t>());
+    return run_vmap(func, options, args, kwargs);
+  });
+  m.def("_stats", [] {
+    const auto s = kvmap::stats();
+    py::dict d;
+    d["bytes_copied"] = s.bytes_copied;
+    d["vmap_calls"] = s.vmap_calls;
+    d["chunks_run"] = s.chunks_run;
+    d["collectives"] = s.collectives;
+    d["bytes_allocated"] = s.bytes_allocated;
+    d["bytes_live"] = s.bytes_live;
+    return d;
+  });
+  m.def("_reset_stats", [] { kvmap::reset_stats(); });
+}

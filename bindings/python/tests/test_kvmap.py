@@ -1,0 +1,192 @@
+"""kvmap's Python API under mpirun: Heat's vmap cases, zero copy, randomness, errors."""
+import os
+import runpy
+
+import pytest
+import torch
+from mpi4py import MPI
+
+import kvmap
+from conftest import gathered, loop_reference
+
+P = MPI.COMM_WORLD.size
+ME = MPI.COMM_WORLD.rank
+DTYPES = [torch.float32, torch.float64]
+
+
+def tol(dtype):
+    return dict(rtol=1e-4, atol=1e-4) if dtype == torch.float32 else dict(rtol=1e-9, atol=1e-9)
+
+
+def F(x0, x1, k=2, scale=1e-2):
+    return torch.topk(torch.linalg.svdvals(x0), k)[0] ** 2, scale * x0 @ x1
+
+
+def Fi(x0, x1, k=2, scale=1e-2):
+    return torch.topk(torch.linalg.svdvals(x0), k)[0] ** 2, (scale * x0 @ x1).int()
+
+
+def G(x0, m=1, scale=2):
+    return (x0 - m) ** scale
+
+
+def randn(*shape, dtype, seed):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("chunk_size", [None, 1, 2, 3, 4])
+def test_heat_two_split_inputs(dtype, chunk_size):
+    a_full, b_full = randn(5 * P, 10, 10, dtype=dtype, seed=1), randn(10, 5 * P, dtype=dtype, seed=2)
+    x0, x1 = kvmap.array(a_full, split=0), kvmap.array(b_full, split=1)
+    y0, y1 = kvmap.vmap(F, (0, 0), chunk_size=chunk_size)(x0, x1, k=2, scale=2.2)
+    r0, r1 = loop_reference(F, [gathered(x0), gathered(x1)], [0, 1], (0, 0), k=2, scale=2.2)
+    assert y0.split == 0 and y1.split == 0
+    assert torch.allclose(gathered(y0), r0, **tol(dtype))
+    assert torch.allclose(gathered(y1), r1, **tol(dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("chunk_size", [None, 1, 2, 3, 4])
+def test_heat_replicated_input_int_output(dtype, chunk_size):
+    a_full, b_full = randn(5 * P, 10, 10, dtype=dtype, seed=3), randn(10, 5 * P, dtype=dtype, seed=4)
+    x0, x1 = kvmap.array(a_full, split=0), kvmap.array(b_full)
+    assert x1.split is None
+    y0, y1 = kvmap.vmap(Fi, (0, 1), chunk_size=chunk_size)(x0, x1, k=5, scale=2.2)
+    r0, r1 = loop_reference(Fi, [gathered(x0), b_full], [0, None], (0, 1), k=5, scale=2.2)
+    assert y1.split == 1 and y1.dtype == torch.int32
+    assert torch.allclose(gathered(y0), r0, **tol(dtype))
+    assert (gathered(y1).long() - r1.long()).abs().max() <= 1  # truncation of near-integers
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("chunk_size", [None, 1, 2, 3, 4])
+def test_heat_one_output(dtype, chunk_size):
+    x0 = kvmap.array(randn(5 * P, 10, 10, dtype=dtype, seed=5), split=0)
+    (y0,) = kvmap.vmap(G, out_dims=(0,), chunk_size=chunk_size)(x0, m=2, scale=3)
+    (r0,) = loop_reference(G, [gathered(x0)], [0], (0,), m=2, scale=3)
+    assert torch.allclose(gathered(y0), r0, **tol(dtype))
+
+
+def test_heat_argument_errors():
+    with pytest.raises(TypeError):
+        kvmap.vmap(1)
+    with pytest.raises(ValueError):
+        kvmap.vmap(lambda x: x, randomness="random")
+    with pytest.raises(TypeError):
+        kvmap.vmap(lambda x: x, chunk_size="1")
+    with pytest.raises(ValueError):
+        kvmap.vmap(lambda x: x, chunk_size=0)
+    with pytest.raises(TypeError):
+        kvmap.vmap(lambda x: x, out_dims=0)(kvmap.ones(10, split=0), 2)
+    with pytest.raises(ValueError, match="out_dims"):
+        kvmap.vmap(lambda x: x, out_dims=(0, 1))(kvmap.ones(10, split=0))
+
+
+def test_wrong_number_of_out_dims_for_two_outputs():
+    x0 = kvmap.array(randn(5 * P, 10, 10, dtype=torch.float32, seed=6), split=0)
+    x1 = kvmap.array(randn(10, 5 * P, dtype=torch.float32, seed=7))
+    with pytest.raises(ValueError):
+        kvmap.vmap(F, (0, 1, 2))(x0, x1, k=2, scale=2.2)
+
+
+def test_array_split_and_is_split():
+    full = torch.arange(3 * P * 2, dtype=torch.float64).reshape(3 * P, 2)
+    a = kvmap.array(full, split=0)
+    assert a.gshape == (3 * P, 2) and a.lshape == (3, 2)
+    piece = full[3 * ME: 3 * ME + 3]
+    b = kvmap.array(piece, is_split=0)
+    assert torch.equal(gathered(b), full)
+    assert b.larray.data_ptr() == piece.data_ptr()  # is_split adopts the tensor
+    with pytest.raises(ValueError):
+        kvmap.array(full, split=0, is_split=0)
+    assert a.lshape_map.tolist() == [[3, 2]] * P
+    assert a.is_balanced()
+
+
+def test_larray_is_zero_copy_and_writes_reach_cpp():
+    x = kvmap.zeros(4 * P, 3, dtype=torch.float64, split=0)
+    assert x.larray.data_ptr() == x._local_address()
+    x.larray.fill_(2.0)  # a write through the torch view ...
+    ones = kvmap.ones(4 * P, 3, dtype=torch.float64, split=0)
+    assert kvmap.dot(x, ones) == pytest.approx(2.0 * 4 * P * 3)  # ... seen by Kokkos Kernels in C++
+    kvmap.reset_stats()
+    (y,) = kvmap.vmap(lambda v: v * 3)(x)
+    assert kvmap.stats()["bytes_copied"] == 0
+    assert torch.equal(y.larray, x.larray * 3)
+
+
+def test_balance_and_resplit_in_place():
+    full = torch.arange(7 * 5, dtype=torch.float32).reshape(7, 5)
+    counts = [7 if r == P - 1 else 0 for r in range(P)]
+    piece = full if ME == P - 1 else full[:0]
+    d = kvmap.array(piece, is_split=0)
+    assert d.lshape_map[:, 0].tolist() == counts
+    d.balance_()
+    assert d.is_balanced()
+    assert torch.equal(gathered(d), full)
+    d.resplit_(1)
+    assert d.split == 1
+    assert torch.equal(torch.from_numpy(d.numpy()), full)
+    g = d.gather()
+    assert (g is not None) == (ME == 0)
+    if ME == 0:
+        assert torch.equal(g, full)
+
+
+def test_randomness_modes():
+    x = kvmap.zeros(3 * P, 2, split=0)
+    draw = lambda v: v.sum() + torch.rand(4)  # noqa: E731
+    with pytest.raises(RuntimeError, match="randomness"):
+        kvmap.vmap(draw)(x)
+    torch.manual_seed(1000 + ME)  # different states on purpose: "same" shares rank 0's
+    (s,) = kvmap.vmap(draw, randomness="same")(x)
+    s = gathered(s)
+    assert torch.equal(s, s[0].expand_as(s))
+    torch.manual_seed(42)  # identical states on purpose: "different" still differs per rank
+    (d,) = kvmap.vmap(draw, randomness="different", chunk_size=2)(x)
+    d = gathered(d)
+    assert len({tuple(row.tolist()) for row in d}) == 3 * P
+
+
+def test_random_arrays_do_not_depend_on_ranks():
+    r = gathered(kvmap.random.randn(17, 3, split=0, seed=9))
+    alone = kvmap.random.randn(17, 3, split=0, seed=9, comm=MPI.COMM_SELF).larray
+    assert torch.equal(r, alone)
+    u = gathered(kvmap.random.rand(100, split=0, seed=3))
+    assert float(u.min()) >= 0.0 and float(u.max()) < 1.0
+
+
+def test_exception_on_one_rank_only():
+    odd = 1 if P > 1 else 0
+    x = kvmap.ones(2 * P, 3, split=0)
+
+    def f(v):
+        if ME == odd:
+            raise KeyError("boom on rank %d" % odd)
+        return v
+
+    if ME == odd:
+        with pytest.raises(KeyError, match="boom"):  # the Python type survives
+            kvmap.vmap(f)(x)
+    else:
+        with pytest.raises(kvmap.RemoteError, match="boom") as info:
+            kvmap.vmap(f)(x)
+        assert info.value.failed_ranks == [odd]
+    (y,) = kvmap.vmap(lambda v: v + 1)(x)  # and the next call works
+    assert bool((gathered(y) == 2).all())
+
+
+def test_sub_communicator():
+    half = MPI.COMM_WORLD.Split(ME % 2, ME)
+    full = torch.arange(4 * half.size * 3, dtype=torch.float64).reshape(4 * half.size, 3)
+    x = kvmap.array(full, split=0, comm=half)
+    assert x.comm_size == half.size
+    (y,) = kvmap.vmap(lambda v, c=0.0: v.sum() + c)(x, c=1.0)
+    assert torch.equal(gathered(y), full.sum(1) + 1.0)
+    half.Free()
+
+
+def test_readme_example_runs():
+    here = os.path.dirname(os.path.abspath(__file__))
+    runpy.run_path(os.path.join(here, "..", "examples", "readme_example.py"), run_name="__main__")

@@ -1,0 +1,30 @@
+# Decides whether the Python bindings can be built: Debian's /usr/bin/python3 (or
+# Python_EXECUTABLE) with its development files, pybind11, LibTorch's libtorch_python and
+# the Python modules torch and mpi4py. Sets KVMAP_PYTHON_FOUND.
+include_guard(GLOBAL)
+
+set(KVMAP_PYTHON_FOUND FALSE)
+if(NOT Python_EXECUTABLE AND EXISTS /usr/bin/python3)
+  set(Python_EXECUTABLE /usr/bin/python3)
+endif()
+find_package(Python 3.8 COMPONENTS Interpreter Development.Module QUIET)
+if(NOT Python_FOUND)
+  message(STATUS "kvmap: Python bindings off (no Python interpreter with development files)")
+  return()
+endif()
+set(PYBIND11_FINDPYTHON ON)
+find_package(pybind11 CONFIG QUIET)
+find_library(KVMAP_TORCH_PYTHON_LIBRARY torch_python HINTS "${TORCH_INSTALL_PREFIX}/lib")
+execute_process(COMMAND ${Python_EXECUTABLE} -c "import torch, mpi4py; print(torch.__version__)"
+                RESULT_VARIABLE _kvmap_py_rc OUTPUT_VARIABLE _kvmap_py_torch ERROR_QUIET
+                OUTPUT_STRIP_TRAILING_WHITESPACE)
+if(NOT pybind11_FOUND)
+  message(STATUS "kvmap: Python bindings off (pybind11 not found)")
+elseif(NOT KVMAP_TORCH_PYTHON_LIBRARY)
+  message(STATUS "kvmap: Python bindings off (libtorch_python not found)")
+elseif(NOT _kvmap_py_rc EQUAL 0)
+  message(STATUS "kvmap: Python bindings off (${Python_EXECUTABLE} cannot import torch and mpi4py)")
+else()
+  set(KVMAP_PYTHON_FOUND TRUE)
+  message(STATUS "kvmap: Python bindings for ${Python_EXECUTABLE} (torch ${_kvmap_py_torch})")
+endif()
