@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs kvmap from a build tree into a fresh prefix, builds examples/particles against
+# that prefix alone, runs it under mpiexec -np 2 and checks its result against an
+# independent computation; then imports the Python package from the prefix.
+#   consume_install.sh <build dir> <source dir> [python]
+set -euo pipefail
+build="$1" src="$2" python="${3:-}"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+cmake --install "$build" --prefix "$work/prefix" >/dev/null
+# A copy of the example only: the build sees no kvmap source tree.
+cp -r "$src/examples/particles" "$work/particles"
+cmake -S "$work/particles" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null
+cmake --build "$work/build"
+out="$(mpiexec -np 2 --oversubscribe "$work/build/particles")"
+echo "$out"
+read -r n expected < <(/usr/bin/python3 "$src/tests/install/particles_reference.py" 2)
+got="$(echo "$out" | sed -n 's/^total energy = //p')"
+/usr/bin/python3 - "$got" "$expected" <<'PY'
+import sys
+got, expected = float(sys.argv[1]), float(sys.argv[2])
+if abs(got - expected) > 1e-9 * abs(expected):
+    sys.exit("particles: total energy %r, independent reference %r" % (got, expected))
+print("particles: matches the independent reference %.12f" % expected)
+PY
+echo "$out" | grep -q "bytes copied = 0"
+if [ -n "$python" ]; then
+  PYTHONPATH="$work/prefix/lib/python3/dist-packages" "$python" -c \
+    "import kvmap; print('kvmap', kvmap.version(), 'imported from', kvmap.__file__)" | tee /dev/stderr | grep -q "$work/prefix"
+fi
+echo "consume_install: OK"
