@@ -1,0 +1,21 @@
+"""Stub of spack's CMakePackage: define/define_from_variant record what they were given."""
+
+
+class CMakePackage:
+    def __init__(self, spec, run_tests=False):
+        self.spec = spec
+        self.run_tests = run_tests
+        self.defined = []  # (name, value, how)
+
+    def define(self, name, value):
+        self.defined.append((name, value, "define"))
+        kind = "BOOL" if isinstance(value, bool) else "STRING"
+        value = ("ON" if value else "OFF") if isinstance(value, bool) else value
+        return "-D%s:%s=%s" % (name, kind, value)
+
+    def define_from_variant(self, name, variant):
+        if variant not in self.spec.variants:
+            raise KeyError("define_from_variant: the spec has no variant %r" % variant)
+        value = self.spec.variants[variant]
+        self.defined.append((name, value, "define_from_variant"))
+        return "-D%s:BOOL=%s" % (name, "ON" if value else "OFF")
