@@ -37,6 +37,9 @@ packages=(
   doctest-dev
   python3 python3-dev pybind11-dev python3-torch python3-mpi4py python3-pytest python3-numpy
 )
+if [ "${KVMAP_FUZZ_DEPS:-0}" = 1 ]; then
+  packages+=(clang libclang-rt-14-dev)
+fi
 if [ "${KVMAP_DEBIAN_KOKKOS:-0}" = 1 ]; then
   packages+=(libtrilinos-kokkos-dev libtrilinos-kokkos-kernels-dev)
 fi

@@ -2,12 +2,18 @@
 # The whole test suite: installs what is missing, builds, and runs ctest.
 #   scripts/test.sh                  # Kokkos 3.4.01 OpenMP+Serial from Debian's source package
 #   scripts/test.sh --debian-kokkos  # Debian's binary libtrilinos-kokkos-dev, tests at 2 ranks
+#   scripts/test.sh --asan           # C++ tests under ASan + UBSan at 1 and 3 ranks
+#   scripts/test.sh --fuzz           # the libFuzzer target (clang), 60 s from the seed corpus
 # Extra arguments go to ctest (e.g. -R layout, -j 2).
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 preset=default
-if [ "${1:-}" = --debian-kokkos ]; then
-  preset=debian-kokkos
-  shift
+case "${1:-}" in
+  --debian-kokkos) preset=debian-kokkos; shift ;;
+  --asan) preset=asan; shift ;;
+  --fuzz) preset=fuzz; shift ;;
+esac
+if [ "$preset" = fuzz ]; then
+  export KVMAP_FUZZ_DEPS=1
 fi
 kvmap_prepare "$preset"
 exec ctest --preset "$preset" "$@"

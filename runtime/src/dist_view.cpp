@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "kvmap/error.hpp"
+#include "kvmap/impl/fault_injection.hpp"
 #include "kvmap/stats.hpp"
 #include "kvmap/tensor_bridge.hpp"
 
@@ -66,6 +67,7 @@ DistView<M> DistView<M>::create(const char* what, Shape gshape, DType dtype,
   std::optional<Layout> layout;
   Impl::LocalBlock block;
   try {
+    Impl::fault_point((std::string("DistView::") + what).c_str(), comm.rank());
     dtype_from_int(static_cast<int>(dtype));
     layout = Layout::balanced(gshape, split, comm.size());
     block = Impl::allocate_block<M>(layout->lshape(comm.rank()), size_of(dtype));
@@ -134,6 +136,7 @@ DistView<M> DistView<M>::from_local_block(Impl::LocalBlock block, DType dtype,
   const int ndim = static_cast<int>(block.extents.size());
   if (!error) {
     try {
+      Impl::fault_point("DistView::from_local", comm.rank());
       Impl::checked_span_bytes(block.extents, block.strides, size_of(dtype));
       KVMAP_CHECK(!split || ndim > 0, ValueError,
                   "kvmap::DistView::from_local: a 0-dimensional array cannot be split (split="

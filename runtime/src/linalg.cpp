@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "kvmap/error.hpp"
+#include "kvmap/impl/fault_injection.hpp"
 
 namespace kvmap::linalg {
 
@@ -64,6 +65,7 @@ double dot(const DistView<M>& x, const DistView<M>& y) {
   std::exception_ptr error;
   double partial = 0.0;
   try {
+    Impl::fault_point("linalg::dot", x.comm().rank());
     check_pair(x, y, "dot");
     if (x.dtype() == DType::Float64) {
       partial = KokkosBlas::dot(flat<double>(x), flat<double>(y));
@@ -81,6 +83,7 @@ double nrm2(const DistView<M>& x) {
   std::exception_ptr error;
   double partial = 0.0;
   try {
+    Impl::fault_point("linalg::nrm2", x.comm().rank());
     check_operand(x, "nrm2", "x");
     const double local = x.dtype() == DType::Float64
                              ? static_cast<double>(KokkosBlas::nrm2(flat<double>(x)))
@@ -96,6 +99,7 @@ template <class M>
 void axpby(double a, const DistView<M>& x, double b, const DistView<M>& y) {
   std::exception_ptr error;
   try {
+    Impl::fault_point("linalg::axpby", x.comm().rank());
     check_pair(x, y, "axpby");
     if (x.dtype() == DType::Float64) {
       KokkosBlas::axpby(a, flat<double>(x), b, flat<double>(y));

@@ -3,7 +3,6 @@
 #include <limits>
 
 #include "kvmap/error.hpp"
-#include "kvmap/impl/box_copy.hpp"
 #include "kvmap/layout.hpp"
 
 namespace kvmap::Impl {
@@ -54,6 +53,13 @@ std::size_t checked_span_bytes(const std::vector<std::int64_t>& extents,
 BoxGeometry make_box_geometry(const std::vector<std::int64_t>& extents,
                               const std::vector<std::int64_t>& src_strides,
                               const std::vector<std::int64_t>& dst_strides) {
+  KVMAP_CHECK(extents.size() <= static_cast<std::size_t>(kMaxRank) &&
+                  src_strides.size() == extents.size() && dst_strides.size() == extents.size(),
+              ValueError,
+              "kvmap: a box copy needs at most " << kMaxRank << " axes and one stride per axis, got "
+                                                 << extents.size() << " extents and "
+                                                 << src_strides.size() << "/" << dst_strides.size()
+                                                 << " strides");
   BoxGeometry g;
   // Drop unit axes, then merge neighbours that are contiguous in both source and destination.
   for (std::size_t d = 0; d < extents.size(); ++d) {

@@ -4,6 +4,7 @@
 #include <mutex>
 
 #include "kvmap/error.hpp"
+#include "kvmap/impl/fault_injection.hpp"
 
 namespace kvmap {
 
@@ -69,6 +70,7 @@ DistView<M> make_random(const char* what, Shape gshape, DType dtype, std::option
                         Comm comm, std::optional<std::uint64_t> seed, Distribution dist) {
   std::exception_ptr error;
   try {
+    Impl::fault_point((std::string("random::") + what).c_str(), comm.rank());
     KVMAP_CHECK(dtype == DType::Float32 || dtype == DType::Float64, TypeError,
                 "kvmap::random::" << what << ": dtype must be float32 or float64, got "
                                   << name(dtype));
@@ -90,7 +92,13 @@ DistView<M> make_random(const char* what, Shape gshape, DType dtype, std::option
 }  // namespace
 
 void manual_seed(std::uint64_t seed, const Comm& comm) {
-  comm.agree_arguments(nullptr, "kvmap::manual_seed", "manual_seed(" + std::to_string(seed) + ")");
+  std::exception_ptr error;
+  try {
+    Impl::fault_point("manual_seed", comm.rank());
+  } catch (...) {
+    error = std::current_exception();
+  }
+  comm.agree_arguments(error, "kvmap::manual_seed", "manual_seed(" + std::to_string(seed) + ")");
   std::lock_guard<std::mutex> lock(g_seed_mutex);
   g_seed = seed;
   g_stream = 0;

@@ -10,6 +10,7 @@
 #include "kvmap/dist_view.hpp"
 #include "kvmap/error.hpp"
 #include "kvmap/impl/box_copy.hpp"
+#include "kvmap/impl/fault_injection.hpp"
 #include "kvmap/stats.hpp"
 #include "kvmap/tensor_bridge.hpp"
 
@@ -302,6 +303,7 @@ template <class M>
 DistView<M> DistView<M>::redistribute(const Layout& target) const {
   std::exception_ptr error;
   try {
+    Impl::fault_point("DistView::redistribute", comm_.rank());
     KVMAP_CHECK(target.nranks() == comm_.size(), ValueError,
                 "kvmap::DistView::redistribute: the target " << target << " is for "
                                                              << target.nranks()
@@ -319,23 +321,31 @@ DistView<M> DistView<M>::redistribute(const Layout& target) const {
   return move_data(*this, target);
 }
 
+namespace {
 template <class M>
-DistView<M> DistView<M>::resplit(std::optional<int> split) const {
+DistView<M> to_balanced(const DistView<M>& v, std::optional<int> split, const char* site) {
   std::exception_ptr error;
   std::optional<Layout> target;
   try {
-    target = Layout::balanced(gshape(), split, comm_.size());
+    Impl::fault_point(site, v.comm().rank());
+    target = Layout::balanced(v.gshape(), split, v.comm().size());
   } catch (...) {
     error = std::current_exception();
   }
-  comm_.agree_arguments(error, "DistView::resplit", "resplit(split=" + split_str(split) + ")");
-  if (*target == layout_) return *this;
-  return move_data(*this, *target);
+  v.comm().agree_arguments(error, site, std::string(site) + "(split=" + split_str(split) + ")");
+  if (*target == v.layout()) return v;
+  return move_data(v, *target);
+}
+}  // namespace
+
+template <class M>
+DistView<M> DistView<M>::resplit(std::optional<int> split) const {
+  return to_balanced(*this, split, "DistView::resplit");
 }
 
 template <class M>
 DistView<M> DistView<M>::balance() const {
-  return resplit(layout_.split());
+  return to_balanced(*this, layout_.split(), "DistView::balance");
 }
 
 template <class M>
@@ -343,6 +353,7 @@ at::Tensor DistView<M>::gather(int root) const {
   std::exception_ptr error;
   std::optional<Layout> target;
   try {
+    Impl::fault_point("DistView::gather", comm_.rank());
     KVMAP_CHECK(root >= 0 && root < comm_.size(), ValueError,
                 "kvmap::DistView::gather: root " << root << " out of range for " << comm_.size()
                                                  << " ranks");
@@ -362,7 +373,13 @@ at::Tensor DistView<M>::gather(int root) const {
 
 template <class M>
 at::Tensor DistView<M>::allgather() const {
-  comm_.agree_arguments(nullptr, "DistView::allgather", "allgather()");
+  std::exception_ptr error;
+  try {
+    Impl::fault_point("DistView::allgather", comm_.rank());
+  } catch (...) {
+    error = std::current_exception();
+  }
+  comm_.agree_arguments(error, "DistView::allgather", "allgather()");
   if (!split()) return local();
   return move_data(*this, Layout::replicated(gshape(), comm_.size())).local();
 }
@@ -375,6 +392,7 @@ DistView<M> DistView<M>::from_global(const at::Tensor& full, std::optional<int> 
   std::optional<Layout> target;
   std::ostringstream sig;
   try {
+    Impl::fault_point("DistView::from_global", comm.rank());
     block = Impl::block_from_tensor(full);
     dtype = from_torch(full.scalar_type());
     check_device(full, Impl::device_of<M>(), "from_global");
@@ -404,6 +422,7 @@ DistView<M> DistView<M>::scatter(const at::Tensor& full_on_root, std::optional<i
   Meta meta;
   std::memset(&meta, 0, sizeof meta);
   try {
+    Impl::fault_point("DistView::scatter", comm.rank());
     KVMAP_CHECK(root >= 0 && root < comm.size(), ValueError,
                 "kvmap::DistView::scatter: root " << root << " out of range for " << comm.size()
                                                   << " ranks");

@@ -10,6 +10,8 @@
 #include <sstream>
 
 #include "kvmap/error.hpp"
+#include "kvmap/impl/out_dims.hpp"
+#include "kvmap/impl/fault_injection.hpp"
 #include "kvmap/impl/torch_compat.hpp"
 #include "kvmap/impl/vmap_randomness.hpp"
 #include "kvmap/random.hpp"
@@ -144,23 +146,6 @@ std::vector<OutputMeta> deserialize(const std::string& s) {
   return out;
 }
 
-std::int64_t normalized_out_dim(const VmapOptions& o, std::size_t k, std::size_t nout,
-                                std::int64_t per_sample_ndim) {
-  const auto& dims = o.out_dims();
-  KVMAP_CHECK(dims.size() == 1 || dims.size() == nout, ValueError,
-              "kvmap::vmap: out_dims " << to_string(dims) << " has " << dims.size()
-                                       << " entries but the function returned " << nout
-                                       << " outputs (give one per output, or a single one)");
-  const std::int64_t d = dims.size() == 1 ? dims[0] : dims[k];
-  const std::int64_t rank = per_sample_ndim + 1;
-  KVMAP_CHECK(d >= -rank && d < rank, ValueError,
-              "kvmap::vmap: out_dims[" << k << "] = " << d << " is out of range for output " << k
-                                       << ", which has " << per_sample_ndim
-                                       << " dimensions per sample (expected " << -rank
-                                       << " <= out_dim < " << rank << ")");
-  return d < 0 ? d + rank : d;
-}
-
 // ---- 3./4. the local run ------------------------------------------------------------------
 struct LocalRun {
   std::vector<OutputMeta> metas;
@@ -230,15 +215,11 @@ struct ChunkRunner {
       KVMAP_CHECK(results[k].defined(), ValueError,
                   "kvmap::vmap: output " << k << " of the function is an undefined tensor");
       const std::int64_t ndim = results[k].dim();  // logical: per sample
-      KVMAP_CHECK(ndim <= kMaxRank - 1, ValueError,
-                  "kvmap::vmap: output " << k << " has " << ndim
-                                         << " dimensions per sample; at most " << kMaxRank - 1
-                                         << " are supported");
       OutputMeta m;
       std::memset(&m, 0, sizeof m);
       m.ndim = static_cast<std::int32_t>(ndim);
       m.dtype = static_cast<std::int32_t>(from_torch(results[k].scalar_type()));
-      m.out_dim = static_cast<std::int32_t>(normalized_out_dim(options, k, results.size(), ndim));
+      m.out_dim = static_cast<std::int32_t>(normalize_out_dim(options.out_dims(), k, results.size(), ndim));
       for (std::int64_t d = 0; d < ndim; ++d) m.shape[d] = results[k].size(d);
       const DeviceSpec dev = device_spec_of(results[k]);
       KVMAP_CHECK(dev.kind == device.kind, TypeError,
@@ -364,16 +345,17 @@ VmapResult run_vmap(const std::vector<MappedInput>& inputs, const VmapOptions& o
   {
     GeneratorScope generator(options.randomness(), comm, device);
     const std::uint64_t sample_key = stream_key(initial_seed(), next_stream());
-    if (n_local > 0) {
-      try {
+    try {
+      fault_point("vmap", me);
+      if (n_local > 0) {
         std::vector<at::Tensor> locals;
         for (const MappedInput& in : inputs) locals.push_back(tensor_from_block(*in.block, in.dtype, device));
         ChunkRunner runner{inputs, locals, options, call, generator, device, lead.offset(me), sample_key};
         local = run_local(options, n_local, runner, allocate);
         count_chunks(static_cast<std::uint64_t>(local.chunks));
-      } catch (...) {
-        error = std::current_exception();
       }
+    } catch (...) {
+      error = std::current_exception();
     }
   }
 

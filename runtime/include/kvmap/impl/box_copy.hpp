@@ -14,24 +14,6 @@
 
 namespace kvmap::Impl {
 
-// A box of `extents` read with src_strides and written with dst_strides (elements).
-struct BoxGeometry {
-  int ndim = 0;
-  std::int64_t extents[kMaxRank] = {};
-  std::int64_t src_strides[kMaxRank] = {};
-  std::int64_t dst_strides[kMaxRank] = {};
-
-  std::int64_t numel() const {
-    std::int64_t n = 1;
-    for (int d = 0; d < ndim; ++d) n *= extents[d];
-    return n;
-  }
-};
-
-BoxGeometry make_box_geometry(const std::vector<std::int64_t>& extents,
-                              const std::vector<std::int64_t>& src_strides,
-                              const std::vector<std::int64_t>& dst_strides);
-
 struct Word16 {
   std::uint64_t lo, hi;
 };

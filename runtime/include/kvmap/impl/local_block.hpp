@@ -7,6 +7,8 @@
 
 namespace kvmap::Impl {
 
+inline constexpr int kMaxRank = 8;
+
 struct LocalBlock {
   void* data = nullptr;
   std::vector<std::int64_t> extents;  // local shape
@@ -27,6 +29,23 @@ std::size_t checked_span_bytes(const std::vector<std::int64_t>& extents,
 template <class MemorySpace>
 LocalBlock allocate_block(const std::vector<std::int64_t>& extents, std::size_t itemsize);
 
-inline constexpr int kMaxRank = 8;
+// A box of `extents` read with src_strides and written with dst_strides (elements).
+struct BoxGeometry {
+  int ndim = 0;
+  std::int64_t extents[kMaxRank] = {};
+  std::int64_t src_strides[kMaxRank] = {};
+  std::int64_t dst_strides[kMaxRank] = {};
+
+  std::int64_t numel() const {
+    std::int64_t n = 1;
+    for (int d = 0; d < ndim; ++d) n *= extents[d];
+    return n;
+  }
+};
+
+// Unit axes dropped, neighbours contiguous in both layouts merged (at least one axis).
+BoxGeometry make_box_geometry(const std::vector<std::int64_t>& extents,
+                              const std::vector<std::int64_t>& src_strides,
+                              const std::vector<std::int64_t>& dst_strides);
 
 }  // namespace kvmap::Impl

@@ -1,0 +1,161 @@
+// Reliability: a fault injected on one rank at every collective entry point, property
+// tests over random shapes/dtypes/layouts, soak, and overflow of sizes and counts.
+#include "support/kvmap_test.hpp"
+
+#include <fstream>
+#include <limits>
+#include <random>
+
+#include "kvmap/impl/fault_injection.hpp"
+
+using namespace kvmap_test;
+using kvmap::DType;
+using kvmap::Layout;
+using kvmap::Shape;
+
+namespace {
+
+std::vector<int> all_ranks() {
+  std::vector<int> r;
+  for (int i = 0; i < nranks(); ++i) r.push_back(i);
+  return r;
+}
+
+// Resident set size of this process in MiB (Linux).
+double rss_mib() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
+  }
+  return 0;
+}
+
+}  // namespace
+
+TEST_CASE("a fault on one rank at every collective entry point is agreed, and the communicator survives") {
+  const int odd = odd_rank();
+  auto x = View::from_global(pattern({4 * nranks() + 2, 3}, at::kDouble, 1), 0);
+  auto y = View::from_global(pattern({4 * nranks() + 2, 3}, at::kDouble, 2), 0);
+  const at::Tensor full = pattern({5, 4}, at::kFloat, 3);
+  struct Site {
+    const char* name;
+    std::function<void()> call;
+  };
+  const std::vector<Site> sites = {
+      {"DistView::empty", [] { View::empty({6, 2}, DType::Float32, 0); }},
+      {"DistView::zeros", [] { View::zeros({6, 2}, DType::Float32, 0); }},
+      {"DistView::full", [] { View::full({6, 2}, 1.5, DType::Float64, 1); }},
+      {"DistView::arange", [] { View::arange(9, DType::Int64, 0); }},
+      {"DistView::from_local", [] { View::from_local(at::zeros({2, 3}), 0); }},
+      {"DistView::from_global", [&] { View::from_global(full, 1); }},
+      {"DistView::scatter", [&] { View::scatter(rank() == 0 ? full : at::Tensor(), 0); }},
+      {"DistView::redistribute", [&] { x.redistribute(Layout::balanced(x.gshape(), 1, nranks())); }},
+      {"DistView::resplit", [&] { x.resplit(1); }},
+      {"DistView::balance", [&] { x.balance(); }},
+      {"DistView::gather", [&] { x.gather(0); }},
+      {"DistView::allgather", [&] { x.allgather(); }},
+      {"random::uniform", [] { kvmap::random::uniform<TestMemSpace>({8}, DType::Float32, 0); }},
+      {"random::normal", [] { kvmap::random::normal<TestMemSpace>({8}, DType::Float64, 0); }},
+      {"manual_seed", [] { kvmap::manual_seed(3); }},
+      {"linalg::dot", [&] { kvmap::linalg::dot(x, y); }},
+      {"linalg::nrm2", [&] { kvmap::linalg::nrm2(x); }},
+      {"linalg::axpby", [&] { kvmap::linalg::axpby(1.0, x, 0.0, y); }},
+      {"vmap", [&] { kvmap::vmap([](const at::Tensor& v) { return v * 2; })(x); }},
+  };
+  const auto before = kvmap::Impl::faults_injected();
+  for (const Site& site : sites) {
+    INFO("site " << site.name);
+    kvmap::Impl::arm_fault(site.name, odd);
+    expect_collective_error<kvmap::Error>(site.call, {odd}, std::string("injected fault at ") + site.name);
+    kvmap::Impl::disarm_faults();
+    // The same communicator carries on.
+    CHECK(bit_equal(x.allgather(), pattern({4 * nranks() + 2, 3}, at::kDouble, 1)));
+  }
+  if (rank() == odd) CHECK(kvmap::Impl::faults_injected() - before == sites.size());
+}
+
+TEST_CASE("property: random redistribution sequences preserve the array bit for bit") {
+  std::mt19937_64 rng(20261202);  // the same stream on every rank
+  const int P = nranks(), me = rank();
+  auto pick = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  auto random_layout = [&](const Shape& g) -> Layout {
+    const int ndim = static_cast<int>(g.size());
+    const int64_t choice = pick(0, 3);
+    if (ndim == 0 || choice == 0) return Layout::replicated(g, P);
+    const int split = static_cast<int>(pick(0, ndim - 1));
+    if (choice == 1) return Layout::balanced(g, split, P);
+    std::vector<int64_t> counts(P, 0);  // random, often with empty ranks
+    for (int64_t i = 0; i < g[split]; ++i) counts[pick(0, P - 1) * (pick(0, 3) ? 1 : 0)]++;
+    return Layout::from_counts(g, split, counts);
+  };
+  int cases = 0;
+  for (int iter = 0; iter < 60; ++iter) {
+    const int ndim = static_cast<int>(pick(0, 4));
+    Shape g;
+    for (int d = 0; d < ndim; ++d) g.push_back(pick(0, 6));
+    const DType dt = static_cast<DType>(pick(0, kvmap::kNumDTypes - 1));
+    const at::Tensor full = pattern(g, kvmap::to_torch(dt), iter);
+    auto v = View::from_global(full, std::nullopt);
+    for (int step = 0; step < 4; ++step) {
+      const Layout target = random_layout(g);
+      INFO("iteration " << iter << " step " << step << " dtype " << kvmap::name(dt) << " target " << target);
+      v = v.redistribute(target);
+      CHECK(v.layout() == target);
+      const at::Tensor mine = target.split() ? full.narrow(*target.split(), target.offset(me), target.count(me)) : full;
+      CHECK(bit_equal(v.local(), mine));
+      ++cases;
+    }
+    CHECK(bit_equal(v.allgather(), full));
+    // vmap of the identity returns its input exactly (when there is a batch to map).
+    if (v.split() && g[*v.split()] > 0) {
+      // The batch goes back to where it came from: out_dim = the split axis.
+      auto same = kvmap::vmap([](const at::Tensor& t) { return t; },
+                              kvmap::VmapOptions().out_dims({*v.split()}))(v);
+      CHECK(bit_equal(same.allgather(), full));
+    }
+  }
+  CHECK(cases == 240);
+}
+
+TEST_CASE("soak: 10,000 vmap calls and 1,000 redistributions return to the baseline") {
+  auto x = View::from_global(pattern({64 * nranks(), 16}, at::kFloat, 4), 0);
+  auto f = [](const at::Tensor& v) { return v.exp(); };
+  auto cycle = [&](int i) {
+    auto y = kvmap::vmap(f, kvmap::VmapOptions().chunk_size(i % 2 ? 8 : 1000))(x);
+    if (i % 10 == 0) {
+      auto r = x.resplit(1).resplit(std::nullopt).resplit(0);
+      CHECK_MESSAGE(r.layout() == x.layout(), "iteration " << i);
+    }
+  };
+  for (int i = 0; i < 200; ++i) cycle(i);  // warm-up: caches and allocator pools fill
+  const int64_t live = kvmap::stats().bytes_live;
+  const double rss = rss_mib();
+  for (int i = 0; i < 10000; ++i) cycle(i);
+  CHECK(kvmap::stats().bytes_live == live);
+#if !defined(__SANITIZE_ADDRESS__)
+  // ASan's quarantine holds freed memory, so the RSS bound applies to normal builds only.
+  CHECK(rss_mib() - rss < 64.0);
+#endif
+  MESSAGE("soak: rss grew by " << rss_mib() - rss << " MiB over 10,000 vmaps and 1,000 redistributions");
+}
+
+TEST_CASE("overflow: element counts, byte sizes and MPI counts never wrap around") {
+  const int64_t big = std::numeric_limits<int64_t>::max() / 4;
+  expect_collective_error<kvmap::ValueError>([&] { View::empty({big, 8}, DType::Float32, 0); }, all_ranks(),
+                                             "more elements than int64 can count");
+  // numel fits int64 but bytes do not fit size_t.
+  expect_collective_error<kvmap::ValueError>([&] { View::empty({big * 2}, DType::Complex128, std::nullopt); },
+                                             all_ranks(), "more bytes than size_t counts");
+  // A view whose strides span more than int64 can address.
+  CHECK_THROWS_WITH_AS(kvmap::Impl::checked_span_bytes({3, 3}, {2 * big, 2 * big}, 8),
+                       doctest::Contains("spans more elements than int64"), kvmap::ValueError);
+  // MPI counts above the (lowered) limit go through the large-count path, bit-exact.
+  const std::size_t saved = kvmap::Impl::mpi_count_limit();
+  kvmap::Impl::set_mpi_count_limit(5);
+  const at::Tensor full = pattern({17, 9}, at::kComplexDouble, 5);
+  auto v = View::from_global(full, 1);
+  CHECK(bit_equal(v.resplit(0).allgather(), full));
+  CHECK(bit_equal(kvmap::vmap([](const at::Tensor& t) { return t * 2; })(v.resplit(0)).allgather(), full * 2));
+  kvmap::Impl::set_mpi_count_limit(saved);
+}
