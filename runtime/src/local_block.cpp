@@ -66,9 +66,13 @@ BoxGeometry make_box_geometry(const std::vector<std::int64_t>& extents,
     if (extents[d] == 1) continue;
     if (g.ndim > 0) {
       const int p = g.ndim - 1;
-      if (g.src_strides[p] == src_strides[d] * extents[d] &&
-          g.dst_strides[p] == dst_strides[d] * extents[d]) {
-        g.extents[p] *= extents[d];
+      // Products that overflow cannot describe contiguous memory: such axes stay apart.
+      std::int64_t src_run = 0, dst_run = 0, merged = 0;
+      const bool fits = !__builtin_mul_overflow(src_strides[d], extents[d], &src_run) &&
+                        !__builtin_mul_overflow(dst_strides[d], extents[d], &dst_run) &&
+                        !__builtin_mul_overflow(g.extents[p], extents[d], &merged);
+      if (fits && g.src_strides[p] == src_run && g.dst_strides[p] == dst_run) {
+        g.extents[p] = merged;
         g.src_strides[p] = src_strides[d];
         g.dst_strides[p] = dst_strides[d];
         continue;

@@ -101,7 +101,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       case 3: {  // box geometry of pack/unpack
         std::vector<std::int64_t> other(ndim);
         for (auto& s : other) s = in.extent();
-        for (auto& e : shape) e = e < 0 ? -e % 7 : e % 7;
+        for (auto& e : shape) e = static_cast<std::int64_t>(static_cast<std::uint64_t>(e) % 7);
         const auto g = kvmap::Impl::make_box_geometry(shape, strides, other);
         std::int64_t expect = 1;
         for (std::int64_t e : shape) expect *= e;
