@@ -164,16 +164,10 @@ TEST_CASE("random arrays do not depend on the number of ranks") {
     const at::Tensor u = kvmap::random::uniform<TestMemSpace>({37, 3}, dt, 0, world(), 1234).allgather();
     const at::Tensor n = kvmap::random::normal<TestMemSpace>({37, 3}, dt, 1, world(), 99).allgather();
     // The same arrays built by every prefix sub-communicator {0..k-1}, k = 1..P.
-    for (int k = 1; k <= P; ++k) {
-      MPI_Comm sub_raw;
-      MPI_Comm_split(MPI_COMM_WORLD, me < k ? 0 : MPI_UNDEFINED, me, &sub_raw);
-      if (me < k) {
-        kvmap::Comm sub(sub_raw);
-        MPI_Comm_free(&sub_raw);
-        CHECK(bit_equal(kvmap::random::uniform<TestMemSpace>({37, 3}, dt, 1, sub, 1234).allgather(), u));
-        CHECK(bit_equal(kvmap::random::normal<TestMemSpace>({37, 3}, dt, 0, sub, 99).allgather(), n));
-      }
-    }
+    for_each_prefix_comm([&](const kvmap::Comm& sub) {
+      CHECK(bit_equal(kvmap::random::uniform<TestMemSpace>({37, 3}, dt, 1, sub, 1234).allgather(), u));
+      CHECK(bit_equal(kvmap::random::normal<TestMemSpace>({37, 3}, dt, 0, sub, 99).allgather(), n));
+    });
     CHECK(u.min().item<double>() >= 0.0);
     CHECK(u.max().item<double>() < 1.0);
     CHECK_FALSE(bit_equal(u, kvmap::random::uniform<TestMemSpace>({37, 3}, dt, 0, world(), 1235).allgather()));

@@ -284,17 +284,11 @@ TEST_CASE("sample_uniform / sample_normal do not depend on ranks or chunk sizes"
     CHECK(at::equal(r.first, reference.first));
     CHECK(at::equal(r.second, reference.second));
   }
-  for (int k = 1; k <= P; ++k) {
-    MPI_Comm sub_raw;
-    MPI_Comm_split(MPI_COMM_WORLD, me < k ? 0 : MPI_UNDEFINED, me, &sub_raw);
-    if (me < k) {
-      kvmap::Comm sub(sub_raw);
-      MPI_Comm_free(&sub_raw);
-      const auto r = run(sub, 3);
-      CHECK(at::equal(r.first, reference.first));
-      CHECK(at::equal(r.second, reference.second));
-    }
-  }
+  for_each_prefix_comm([&](const kvmap::Comm& sub) {
+    const auto r = run(sub, 3);
+    CHECK(at::equal(r.first, reference.first));
+    CHECK(at::equal(r.second, reference.second));
+  });
   CHECK_THROWS_AS(kvmap::sample_uniform({2}), kvmap::Error);
 }
 

@@ -87,56 +87,14 @@ Impl::LocalBlock buffer_block(unsigned char* data, const Box& box) {
   return b;
 }
 
-// Reusable scratch memory for packing, one cache per memory space: fresh allocations
-// cost page faults on every call, which dominate the exchange on many machines.
+// Packing memory comes from allocate_block, whose cache recycles large blocks: fresh
+// allocations cost page faults on every call, which dominate the exchange on many machines.
 template <class M>
-class ScratchCache {
- public:
-  using Buffer = Kokkos::View<unsigned char*, M>;
-  static ScratchCache& instance() {
-    static ScratchCache* cache = [] {
-      auto* c = new ScratchCache();
-      Kokkos::push_finalize_hook([c] { c->release(); });
-      return c;
-    }();
-    return *cache;
-  }
-  Buffer take(std::size_t bytes) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    for (auto it = free_.begin(); it != free_.end(); ++it) {
-      if (it->extent(0) >= bytes) {
-        Buffer b = *it;
-        free_.erase(it);
-        return b;
-      }
-    }
-    return Buffer(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("kvmap::redistribute")), bytes);
-  }
-  void give_back(Buffer b) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    free_.push_back(std::move(b));
-    // Keep the two largest buffers (one send, one receive).
-    std::sort(free_.begin(), free_.end(), [](const Buffer& a, const Buffer& c) { return a.extent(0) > c.extent(0); });
-    if (free_.size() > 2) free_.resize(2);
-  }
-  void release() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    free_.clear();
-  }
-
- private:
-  std::mutex mutex_;
-  std::vector<Buffer> free_;
-};
-
-template <class M>
-struct ScratchLease {
-  typename ScratchCache<M>::Buffer buffer;
-  explicit ScratchLease(std::size_t bytes) : buffer(ScratchCache<M>::instance().take(bytes)) {}
-  ~ScratchLease() { ScratchCache<M>::instance().give_back(std::move(buffer)); }
-  ScratchLease(const ScratchLease&) = delete;
-  ScratchLease& operator=(const ScratchLease&) = delete;
-  unsigned char* data() const { return buffer.data(); }
+struct Scratch {
+  Impl::LocalBlock block;
+  explicit Scratch(std::size_t bytes)
+      : block(Impl::allocate_block<M>({static_cast<std::int64_t>(bytes)}, 1)) {}
+  unsigned char* data() const { return static_cast<unsigned char*>(block.data); }
 };
 
 // True when `sub` is one contiguous run of memory inside a block holding `whole`.
@@ -214,7 +172,7 @@ DistView<M> move_data(const DistView<M>& src, const Layout& target) {
     std::vector<Box> mine(P, my_src);
     const Side send = plan_side(src.block(), my_src, mine, me, itemsize, true);
     const Side recv = plan_side(dst, my_dst, theirs, me, itemsize, true);
-    std::optional<ScratchLease<M>> send_buf, recv_buf;
+    std::optional<Scratch<M>> send_buf, recv_buf;
     const unsigned char* send_ptr = static_cast<const unsigned char*>(src.block().data) + send.displs[me];
     if (!send.direct) {
       send_buf.emplace(send.counts[me]);
@@ -253,7 +211,7 @@ DistView<M> move_data(const DistView<M>& src, const Layout& target) {
         global_max, static_cast<std::size_t>(std::max(held(S, r).volume(), held(target, r).volume())) *
                         itemsize);
   }
-  std::optional<ScratchLease<M>> send_buf, recv_buf;
+  std::optional<Scratch<M>> send_buf, recv_buf;
   const unsigned char* send_base = static_cast<const unsigned char*>(src.block().data);
   unsigned char* recv_base = static_cast<unsigned char*>(dst.data);
   if (!send.direct) {

@@ -4,6 +4,8 @@
 
 #include <ATen/ATen.h>
 
+#include <mpi.h>
+
 #include <functional>
 #include <string>
 #include <vector>
@@ -44,6 +46,21 @@ void expect_collective_error(const std::function<void()>& call, const std::vecto
     FAIL_CHECK("rank " << rank() << " got an unexpected exception: " << e.what());
   }
   CHECK_MESSAGE(threw, "rank " << rank() << " did not throw");
+}
+
+// Calls body(sub) on the members of every prefix sub-communicator {0..k-1}, k = 1..P
+// (collective over the world; ranks outside a prefix skip that round).
+inline void for_each_prefix_comm(const std::function<void(const kvmap::Comm&)>& body) {
+  const int me = rank();
+  for (int k = 1; k <= nranks(); ++k) {
+    MPI_Comm raw;
+    MPI_Comm_split(MPI_COMM_WORLD, me < k ? 0 : MPI_UNDEFINED, me, &raw);
+    if (me < k) {
+      kvmap::Comm sub(raw);
+      MPI_Comm_free(&raw);
+      body(sub);
+    }
+  }
 }
 
 // Ranks 1 (or 0 when alone): the rank tests make misbehave.
