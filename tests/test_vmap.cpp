@@ -4,6 +4,8 @@
 
 #include <c10/util/Exception.h>
 
+#include <atomic>
+
 #include "kvmap/impl/torch_compat.hpp"
 #include <torch/version.h>
 #include <mpi.h>
@@ -74,8 +76,8 @@ TEST_CASE("Heat's F over a split 0 and b split 1 or replicated, every chunk size
     auto a = View::from_global(a_full, 0);
     for (bool b_split : {true, false}) {
       auto b = View::from_global(b_full, b_split ? std::optional<int>(1) : std::nullopt);
+      for (const std::vector<int64_t>& out_dims : {std::vector<int64_t>{0, 0}, std::vector<int64_t>{0, 1}})
       for (bool to_int : {false, true}) {
-        const std::vector<int64_t> out_dims = b_split ? std::vector<int64_t>{0, 0} : std::vector<int64_t>{0, 1};
         const HeatF f{2, 2.2, to_int};
         const auto ref = loop_reference(5 * P, out_dims, [&](int64_t i) {
           auto [y0, y1] = f(a_full.select(0, i), b_split ? b_full.select(1, i) : b_full);
@@ -84,7 +86,8 @@ TEST_CASE("Heat's F over a split 0 and b split 1 or replicated, every chunk size
         for (std::optional<int64_t> cs : {std::optional<int64_t>(), std::optional<int64_t>(1),
                                           std::optional<int64_t>(2), std::optional<int64_t>(3),
                                           std::optional<int64_t>(4)}) {
-          INFO("dtype " << c10::toString(type) << ", b split " << b_split << ", int " << to_int
+          INFO("dtype " << c10::toString(type) << ", b split " << b_split << ", out_dims[1] "
+                        << out_dims[1] << ", int " << to_int
                         << ", chunk " << (cs ? *cs : -1));
           auto [y0, y1] = kvmap::vmap(f, VmapOptions().out_dims(out_dims).chunk_size(cs))(a, b);
           CHECK(y0.split() == 0);
@@ -113,7 +116,9 @@ TEST_CASE("Heat's G: one output, pass-through scalars") {
     const auto ref = loop_reference(5 * P, {0}, [&](int64_t i) {
       return std::vector<at::Tensor>{G(a_full.select(0, i), 2.0, 3.0)};
     });
-    for (int64_t cs : {1, 2, 3, 4, 1000}) {
+    for (std::optional<int64_t> cs : {std::optional<int64_t>(), std::optional<int64_t>(1),
+                                      std::optional<int64_t>(2), std::optional<int64_t>(3),
+                                      std::optional<int64_t>(4), std::optional<int64_t>(1000)}) {
       kvmap::DistView<TestMemSpace> y = kvmap::vmap(G, VmapOptions().chunk_size(cs))(a, 2.0, 3.0);
       CHECK(close(y.allgather(), ref[0]));
     }
@@ -150,6 +155,21 @@ TEST_CASE("batch lengths not divisible by P, fewer samples than ranks, unbalance
       CHECK(t.local().size(0) == l.count(rank()));
       CHECK(t.local().size(1) == 4);
       CHECK((t.local().scalar_type() == at::kDouble));
+      // Outputs whose dtype and per-sample shape owe nothing to the input: a rank without
+      // samples can only know them from the agreement.
+      auto [flags, table] = kvmap::vmap([](const at::Tensor& v) {
+        return std::make_tuple((v > 0).sum().to(at::kInt), at::ones({2, 5}, at::kFloat) * v.sum().to(at::kFloat));
+      }, VmapOptions().out_dims({0, -1}).chunk_size(cs))(x);
+      CHECK((flags.dtype() == DType::Int32));
+      CHECK((flags.local().scalar_type() == at::kInt));
+      CHECK(flags.local().sizes() == at::IntArrayRef{l.count(rank())});
+      CHECK((table.dtype() == DType::Float32));
+      CHECK(table.gshape() == kvmap::Shape{2, 5, n});
+      CHECK(table.split() == 2);
+      CHECK(table.local().sizes() == at::IntArrayRef{2, 5, l.count(rank())});
+      CHECK(at::equal(flags.allgather(), (full > 0).sum(1).to(at::kInt)));
+      CHECK(close(table.allgather(),
+                  at::ones({2, 5, 1}, at::kFloat) * full.sum(1).to(at::kFloat).reshape({1, 1, n})));
     }
   }
 }
@@ -198,6 +218,15 @@ TEST_CASE("zero copy on the unchunked path; chunked writes into preallocated out
   CHECK(kvmap::stats().bytes_copied == static_cast<uint64_t>(3 * x.layout().count(rank()) * 4));
   CHECK(constant.gshape() == kvmap::Shape{3, 4 * P});
   CHECK(constant.local().eq(1).all().item<bool>());
+  // The same with a negative out_dim: normalized by kvmap, not by LibTorch.
+  for (std::optional<int64_t> cs : {std::optional<int64_t>(), std::optional<int64_t>(3)}) {
+    auto ignore = kvmap::vmap([](const at::Tensor&) { return at::arange(6, at::kDouble).reshape({2, 3}); },
+                              VmapOptions().out_dims({-1}).chunk_size(cs))(x);
+    CHECK(ignore.split() == 2);
+    CHECK(ignore.gshape() == kvmap::Shape{2, 3, 4 * P});
+    CHECK(at::equal(ignore.allgather(),
+                    at::arange(6, at::kDouble).reshape({2, 3, 1}).expand({2, 3, 4 * P})));
+  }
   // Chunked: each chunk's result is written into its slice (bytes copied = output bytes).
   kvmap::reset_stats();
   auto chunked = kvmap::vmap([](const at::Tensor& v) { return v * 2; }, VmapOptions().chunk_size(3))(x);
@@ -228,15 +257,12 @@ TEST_CASE("randomness modes") {
   auto x = View::zeros({3 * P, 2}, DType::Float32, 0);
   auto draw = [](const at::Tensor& v) { return v + at::rand({4}); };
   SUBCASE("error: a random op raises on every rank with torch's message") {
-    std::vector<int> everyone = all_ranks();
-    bool threw = false;
-    try {
-      kvmap::vmap(draw, VmapOptions().out_dims({0}))(View::zeros({3 * P, 4}, DType::Float32, 0));
-    } catch (const std::exception& e) {
-      threw = true;
-      CHECK(std::string(e.what()).find("randomness") != std::string::npos);
+    // Every rank fails itself, so every rank rethrows torch's own error (c10::Error).
+    for (std::optional<int64_t> cs : {std::optional<int64_t>(), std::optional<int64_t>(2)}) {
+      expect_collective_error<c10::Error>(
+          [&] { kvmap::vmap(draw, VmapOptions().chunk_size(cs))(View::zeros({3 * P, 4}, DType::Float32, 0)); },
+          all_ranks(), "randomness");
     }
-    CHECK(threw);
   }
   SUBCASE("same: identical draws for every sample on every rank, for any chunk size") {
     auto y4 = View::zeros({3 * P, 4}, DType::Float32, 0);
@@ -251,9 +277,13 @@ TEST_CASE("randomness modes") {
     auto y4 = View::zeros({3 * P, 4}, DType::Float32, 0);
     at::manual_seed(42);
     auto diff = kvmap::vmap(draw, VmapOptions().randomness(Randomness::Different))(y4).allgather();
-    // All 3P rows pairwise distinct.
-    for (int64_t i = 0; i < 3 * P; ++i) {
-      for (int64_t j = i + 1; j < 3 * P; ++j) CHECK_FALSE(at::equal(diff[i], diff[j]));
+    at::manual_seed(42);
+    auto chunked = kvmap::vmap(draw, VmapOptions().randomness(Randomness::Different).chunk_size(2))(y4).allgather();
+    // All 3P rows pairwise distinct, unchunked and chunked.
+    for (const at::Tensor& d : {diff, chunked}) {
+      for (int64_t i = 0; i < 3 * P; ++i) {
+        for (int64_t j = i + 1; j < 3 * P; ++j) CHECK_FALSE(at::equal(d[i], d[j]));
+      }
     }
     // Afterwards every rank's generator is in the same state again.
     const float next = at::rand({1}).item<float>();
@@ -285,11 +315,43 @@ TEST_CASE("sample_uniform / sample_normal do not depend on ranks or chunk sizes"
     CHECK(at::equal(r.second, reference.second));
   }
   for_each_prefix_comm([&](const kvmap::Comm& sub) {
-    const auto r = run(sub, 3);
-    CHECK(at::equal(r.first, reference.first));
-    CHECK(at::equal(r.second, reference.second));
+    for (std::optional<int64_t> cs : {std::optional<int64_t>(), std::optional<int64_t>(1),
+                                      std::optional<int64_t>(3)}) {
+      const auto r = run(sub, cs);
+      CHECK(at::equal(r.first, reference.first));
+      CHECK(at::equal(r.second, reference.second));
+    }
   });
-  CHECK_THROWS_AS(kvmap::sample_uniform({2}), kvmap::Error);
+  CHECK_THROWS_WITH_AS(kvmap::sample_uniform({2}), doctest::Contains("outside a function run by kvmap::vmap"),
+                       kvmap::Error);
+  (void)me;
+}
+
+TEST_CASE("per-sample streams are counted per communicator") {
+  const int me = rank();
+  auto f = [](const at::Tensor& v) { return v + kvmap::sample_uniform({2}); };
+  auto x = View::zeros({5, 2}, DType::Float32, 0);
+  kvmap::manual_seed(5, world());
+  const at::Tensor first = kvmap::vmap(f)(x).allgather();
+  const at::Tensor second_expected = kvmap::vmap(f)(x).allgather();
+  CHECK_FALSE(at::equal(first, second_expected));
+  // Rank 0 alone draws on its own communicator in between: the world's stream is untouched.
+  kvmap::manual_seed(5, world());
+  CHECK(at::equal(kvmap::vmap(f)(x).allgather(), first));
+  if (me == 0) {
+    auto alone = View::zeros({3, 2}, DType::Float32, 0, kvmap::Comm::self());
+    (void)kvmap::vmap(f)(alone);
+    (void)kvmap::random::uniform<TestMemSpace>({4}, DType::Float64, 0, kvmap::Comm::self());
+  }
+  CHECK(at::equal(kvmap::vmap(f)(x).allgather(), second_expected));
+  // Ranks seeded differently cannot draw consistent samples: an agreed error, not silence.
+  if (nranks() > 1) {
+    const int odd = odd_rank();
+    if (me == odd) kvmap::manual_seed(6, kvmap::Comm::self());
+    expect_collective_error<kvmap::ValueError>([&] { kvmap::vmap(f)(x); }, {odd}, "seed=6");
+    kvmap::manual_seed(5, world());
+    CHECK(at::equal(kvmap::vmap(f)(x).allgather(), first));
+  }
 }
 
 TEST_CASE("errors are raised on every rank with clear messages") {
@@ -297,9 +359,23 @@ TEST_CASE("errors are raised on every rank with clear messages") {
   auto x = View::zeros({2 * P, 3}, DType::Float32, 0);
   SUBCASE("mapped inputs with different layouts") {
     auto y = View::zeros({2 * P + 1, 3}, DType::Float32, 0);
+    auto add = [](const at::Tensor& a, const at::Tensor& b) { return a + b.sum(); };
+    expect_collective_error<kvmap::ValueError>([&] { kvmap::vmap(add)(x, y); }, all_ranks(),
+                                               "same batch length and the same per-rank counts");
+    // The message names both layouts.
     expect_collective_error<kvmap::ValueError>(
-        [&] { kvmap::vmap([](const at::Tensor& a, const at::Tensor& b) { return a + b.sum(); })(x, y); },
-        all_ranks(), "same batch length and the same per-rank counts");
+        [&] { kvmap::vmap(add)(x, y); }, all_ranks(),
+        "mapped input 0 has " + x.layout().str() + " and mapped input 1 has " + y.layout().str());
+    if (P > 1) {
+      // Same batch length, different per-rank counts.
+      std::vector<int64_t> counts(P, 2);
+      counts[0] = 3;
+      counts[P - 1] = 1;
+      auto z = View::zeros({2 * P, 3}, DType::Float32, 0).redistribute(Layout::from_counts({2 * P, 3}, 0, counts));
+      expect_collective_error<kvmap::ValueError>(
+          [&] { kvmap::vmap(add)(x, z); }, all_ranks(),
+          "mapped input 0 has " + x.layout().str() + " and mapped input 1 has " + z.layout().str());
+    }
   }
   SUBCASE("no mapped input") {
     auto r = View::zeros({3}, DType::Float32, std::nullopt);
@@ -344,6 +420,39 @@ TEST_CASE("errors are raised on every rank with clear messages") {
       CHECK(threw);
     }
   }
+  SUBCASE("outputs whose dtype differs between ranks") {
+    if (P > 1) {
+      bool threw = false;
+      try {
+        kvmap::vmap([&](const at::Tensor& a) { return me == odd ? a.to(at::kDouble) : a; })(x);
+      } catch (const kvmap::ValueError& e) {
+        threw = true;
+        const std::string what = e.what();
+        CHECK(what.find("outputs differ between ranks") != std::string::npos);
+        CHECK(what.find("float64") != std::string::npos);
+        CHECK(what.find("float32") != std::string::npos);
+      }
+      CHECK(threw);
+    }
+  }
+  SUBCASE("the function throws in a later chunk, chunks in flight") {
+    // 5 samples per rank, one per chunk: rank `odd` fails in its fifth call of f, a chunk
+    // run by the Kokkos policy (not chunk 0), with 1 or 2 chunks in flight.
+    auto five = View::from_global(at::arange(5 * P, at::kFloat).reshape({5 * P, 1}), 0);
+    for (int conc : {1, 2}) {
+      std::atomic<int> calls{0};
+      expect_collective_error<std::runtime_error>(
+          [&] {
+            kvmap::vmap([&](const at::Tensor& a) {
+              if (me == odd && ++calls == 5) throw std::runtime_error("the fifth chunk failed");
+              return a * 2;
+            }, VmapOptions().chunk_size(1).concurrency(conc))(five);
+          },
+          {odd}, "the fifth chunk failed");
+    }
+    auto y = kvmap::vmap([](const at::Tensor& a) { return a * 2; }, VmapOptions().chunk_size(2).concurrency(2))(five);
+    CHECK(at::equal(y.allgather(), at::arange(5 * P, at::kFloat).reshape({5 * P, 1}) * 2));
+  }
   SUBCASE("options differ between ranks") {
     if (P > 1) {
       expect_collective_error<kvmap::ValueError>(
@@ -355,8 +464,10 @@ TEST_CASE("errors are raised on every rank with clear messages") {
   }
   SUBCASE("bad options are rejected when set") {
     CHECK_THROWS_WITH_AS(VmapOptions().chunk_size(0), doctest::Contains(">= 1"), kvmap::ValueError);
-    CHECK_THROWS_AS(VmapOptions().concurrency(0), kvmap::ValueError);
-    CHECK_THROWS_AS(VmapOptions().out_dims({}), kvmap::ValueError);
+    CHECK_THROWS_WITH_AS(VmapOptions().concurrency(0), doctest::Contains("expected >= 1, got 0"),
+                         kvmap::ValueError);
+    CHECK_THROWS_WITH_AS(VmapOptions().out_dims({}), doctest::Contains("give at least one dim"),
+                         kvmap::ValueError);
   }
 }
 

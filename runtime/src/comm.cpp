@@ -56,6 +56,9 @@ bool fits(std::size_t n) { return n <= g_count_limit.load(); }
 
 struct Comm::Handle {
   MPI_Comm comm = MPI_COMM_NULL;
+  std::mutex sequence_mutex;
+  std::uint64_t sequence_epoch = 0;
+  std::uint64_t sequence = 0;
   explicit Handle(MPI_Comm parent) {
     require_mpi();
     check_mpi(MPI_Comm_dup(parent, &comm), "MPI_Comm_dup");
@@ -96,6 +99,15 @@ Comm Comm::self() {
 }
 
 MPI_Comm Comm::raw() const { return handle_->comm; }
+
+std::uint64_t Comm::next_sequence(std::uint64_t epoch) const {
+  std::lock_guard<std::mutex> lock(handle_->sequence_mutex);
+  if (handle_->sequence_epoch != epoch) {
+    handle_->sequence_epoch = epoch;
+    handle_->sequence = 0;
+  }
+  return ++handle_->sequence;
+}
 
 void Comm::barrier() const {
   Impl::count_collective();

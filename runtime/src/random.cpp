@@ -11,7 +11,7 @@ namespace kvmap {
 namespace {
 std::mutex g_seed_mutex;
 std::uint64_t g_seed = 0x6b766d6170ull;  // "kvmap"
-std::uint64_t g_stream = 0;
+std::uint64_t g_seed_epoch = 0;  // advanced by manual_seed: restarts every stream count
 
 std::uint64_t splitmix64(std::uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;
@@ -77,10 +77,13 @@ DistView<M> make_random(const char* what, Shape gshape, DType dtype, std::option
   } catch (...) {
     error = std::current_exception();
   }
-  comm.agree(error);
+  // Seeded calls use stream 0 of that seed; unseeded calls take the next stream of this
+  // communicator. Either way every rank must use the same key: agreed with the arguments.
+  const Impl::StreamState state = seed ? Impl::StreamState{*seed, 0} : Impl::next_stream(comm);
+  comm.agree_arguments(error, std::string("kvmap::random::") + what,
+                       std::string(what) + "(" + state.describe() + ")");
   DistView<M> out = DistView<M>::empty(std::move(gshape), dtype, split, comm);
-  // Seeded calls use stream 0 of that seed; unseeded calls advance the global stream.
-  const std::uint64_t key = seed ? Impl::stream_key(*seed, 0) : Impl::stream_key(initial_seed(), Impl::next_stream());
+  const std::uint64_t key = state.key();
   if (dtype == DType::Float32) {
     fill_random<M, float>(out, key, dist);
   } else {
@@ -101,7 +104,7 @@ void manual_seed(std::uint64_t seed, const Comm& comm) {
   comm.agree_arguments(error, "kvmap::manual_seed", "manual_seed(" + std::to_string(seed) + ")");
   std::lock_guard<std::mutex> lock(g_seed_mutex);
   g_seed = seed;
-  g_stream = 0;
+  ++g_seed_epoch;
 }
 
 std::uint64_t initial_seed() {
@@ -113,9 +116,17 @@ namespace Impl {
 std::uint64_t stream_key(std::uint64_t seed, std::uint64_t stream) {
   return splitmix64(splitmix64(seed) ^ (stream * 0xD1B54A32D192ED03ull + 0x8CB92BA72F3D8DD7ull));
 }
-std::uint64_t next_stream() {
-  std::lock_guard<std::mutex> lock(g_seed_mutex);
-  return ++g_stream;
+std::string StreamState::describe() const {
+  return "seed=" + std::to_string(seed) + ", stream=" + std::to_string(stream);
+}
+StreamState next_stream(const Comm& comm) {
+  std::uint64_t seed = 0, epoch = 0;
+  {
+    std::lock_guard<std::mutex> lock(g_seed_mutex);
+    seed = g_seed;
+    epoch = g_seed_epoch;
+  }
+  return StreamState{seed, comm.next_sequence(epoch)};
 }
 }  // namespace Impl
 

@@ -102,7 +102,7 @@ std::int64_t validate_inputs(const std::vector<MappedInput>& inputs) {
 }
 
 // Built on every call: plain string appends, no stream.
-std::string options_signature(const VmapOptions& o) {
+std::string options_signature(const VmapOptions& o, const StreamState& stream) {
   std::string s = "vmap(out_dims=[";
   for (std::size_t i = 0; i < o.out_dims().size(); ++i) {
     if (i) s += ", ";
@@ -110,6 +110,10 @@ std::string options_signature(const VmapOptions& o) {
   }
   s += "], randomness=";
   s += name(o.randomness());
+  // The per-sample random stream (kvmap::sample_uniform/normal): the same on every rank
+  // unless ranks seeded differently (kvmap::manual_seed on part of the communicator).
+  s += ", ";
+  s += stream.describe();
   s += ")";
   return s;
 }
@@ -331,10 +335,11 @@ VmapResult run_vmap(const std::vector<MappedInput>& inputs, const VmapOptions& o
   count_vmap_call();
   const int me = comm.rank();
   std::int64_t batch = 0;
+  const StreamState stream = next_stream(comm);
   {
     Region region("kvmap::vmap/validate");
     batch = validate_inputs(inputs);
-    comm.agree_arguments(nullptr, "kvmap::vmap", options_signature(options));
+    comm.agree_arguments(nullptr, "kvmap::vmap", options_signature(options, stream));
   }
   const Layout& lead = *inputs[0].layout;
   const std::vector<std::int64_t>& counts = lead.counts();
@@ -344,7 +349,7 @@ VmapResult run_vmap(const std::vector<MappedInput>& inputs, const VmapOptions& o
   LocalRun local;
   {
     GeneratorScope generator(options.randomness(), comm, device);
-    const std::uint64_t sample_key = stream_key(initial_seed(), next_stream());
+    const std::uint64_t sample_key = stream.key();
     try {
       fault_point("vmap", me);
       if (n_local > 0) {

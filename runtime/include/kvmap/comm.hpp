@@ -33,6 +33,12 @@ class Comm {
   MPI_Comm raw() const;
   void barrier() const;
 
+  // The next number of a sequence kept per communicator (shared by every copy of this
+  // Comm): 1, 2, 3, ... and back to 1 whenever `epoch` differs from the previous call's.
+  // Collective calls that advance it in the same order on every rank see the same numbers
+  // on every rank, whatever other communicators each rank used in between.
+  std::uint64_t next_sequence(std::uint64_t epoch) const;
+
   // ---- typed collectives (every rank must call them in the same order) -------------
   // Each rank contributes one trivially copyable value; returns all of them in rank order.
   template <class T>

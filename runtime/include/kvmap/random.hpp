@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 
 #include "kvmap/comm.hpp"
 #include "kvmap/dist_view.hpp"
@@ -78,8 +79,16 @@ KOKKOS_INLINE_FUNCTION double normal_double(const Philox4x32& r) {
 
 // The key of stream `stream` under `seed`; distinct (seed, stream) pairs give distinct keys.
 std::uint64_t stream_key(std::uint64_t seed, std::uint64_t stream);
-// Next stream number of the seeded generator (advanced identically on every rank).
-std::uint64_t next_stream();
+// The generator state for the next unseeded collective draw on `comm`: the kvmap seed and
+// a stream number counted per communicator since the last manual_seed, so every rank of
+// `comm` gets the same pair whatever it drew on other communicators.
+struct StreamState {
+  std::uint64_t seed;
+  std::uint64_t stream;
+  std::uint64_t key() const { return stream_key(seed, stream); }
+  std::string describe() const;  // "seed=S, stream=N", for argument agreement
+};
+StreamState next_stream(const Comm& comm);
 
 }  // namespace Impl
 }  // namespace kvmap
