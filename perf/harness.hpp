@@ -47,6 +47,11 @@ class Report {
   void add(Record r);
   // Human table on rank 0; JSON lines (with the machine description) when asked.
   void print_scenario(const std::string& scenario) const;
+  // Evaluates the project's performance targets on the figures measured in this run and
+  // adds them as records of the scenario "targets" (one per target that was measured).
+  // Returns how many measured targets were missed. Never fails the run: timings are
+  // reported, not asserted.
+  int evaluate_targets();
   void write_json() const;
   void progress(const std::string& line) const;
   const Settings& settings() const { return settings_; }

@@ -85,9 +85,18 @@ int main(int argc, char** argv) {
         scenarios().at(name)(report);
         report.print_scenario(name);
       }
+      const int missed = report.evaluate_targets();
+      report.print_scenario("targets");
+      if (world.rank() == 0) {
+        std::printf("%d target(s) missed in this run (reported, not asserted: see the README)\n", missed);
+      }
       report.write_json();
     } catch (const std::exception& e) {
+      // A contender that computes something else, or any failure, ends the whole job:
+      // the other ranks may be waiting in a collective of the scenario.
       std::fprintf(stderr, "kvmap-perf (rank %d): %s\n", world.rank(), e.what());
+      std::fflush(stderr);
+      MPI_Abort(world.raw(), 1);
       rc = 1;
     }
   }
