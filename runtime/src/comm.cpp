@@ -100,6 +100,10 @@ Comm Comm::self() {
 
 MPI_Comm Comm::raw() const { return handle_->comm; }
 
+Comm Comm::from_fortran(std::int64_t handle) {
+  return Comm(MPI_Comm_f2c(static_cast<MPI_Fint>(handle)));
+}
+
 std::uint64_t Comm::next_sequence(std::uint64_t epoch) const {
   std::lock_guard<std::mutex> lock(handle_->sequence_mutex);
   if (handle_->sequence_epoch != epoch) {
@@ -348,6 +352,34 @@ std::size_t mpi_count_limit() { return g_count_limit.load(); }
 void set_mpi_count_limit(std::size_t limit) {
   g_count_limit = std::min<std::size_t>(std::max<std::size_t>(limit, 1), INT_MAX);
 }
+bool mpi_initialized() {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  return initialized != 0;
+}
+
+bool init_mpi(int& argc, char**& argv) {
+  int provided = MPI_THREAD_SINGLE;
+  if (mpi_initialized()) {
+    MPI_Query_thread(&provided);
+    KVMAP_CHECK(provided >= MPI_THREAD_FUNNELED, Error,
+                "kvmap: MPI was initialized with thread level "
+                    << provided << ", kvmap needs at least MPI_THREAD_FUNNELED");
+    return false;
+  }
+  check_mpi(MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+  if (provided < MPI_THREAD_FUNNELED) {
+    MPI_Finalize();
+    throw Error("kvmap: MPI provides no MPI_THREAD_FUNNELED support");
+  }
+  return true;
+}
+
+void finalize_mpi() {
+  release_cached_comms();
+  MPI_Finalize();
+}
+
 void release_cached_comms() {
   std::lock_guard<std::mutex> lock(g_cache_mutex);
   g_world.reset();

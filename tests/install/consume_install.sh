@@ -7,16 +7,30 @@ set -euo pipefail
 build="$1" src="$2" python="${3:-}"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-cmake --install "$build" --prefix "$work/prefix" >/dev/null
+cmake --install "$build" --prefix "$work/installed" >/dev/null
+# The package is relocatable: everything below uses the prefix after a move.
+mv "$work/installed" "$work/prefix"
+version="$("$work/prefix/bin/kvmap-perf" --version)"
+echo "$version"
+grep -q "^kvmap $(sed -n 's/^project(kvmap VERSION \([0-9.]*\).*/\1/p' "$src/CMakeLists.txt") " <<<"$version"
 # A copy of the example only: the build sees no kvmap source tree.
 cp -r "$src/examples/particles" "$work/particles"
 cmake -S "$work/particles" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null
 cmake --build "$work/build"
+# A project that points at another Kokkos is stopped with a clear message.
+mkdir -p "$work/other-kokkos"
+if cmake -S "$work/particles" -B "$work/build-other" -G Ninja -DCMAKE_PREFIX_PATH="$work/prefix" \
+     -DKokkos_DIR="$work/other-kokkos" >"$work/other.log" 2>&1; then
+  echo "consume_install: a different Kokkos was accepted"; exit 1
+fi
+grep -q "kvmap was built against Kokkos" "$work/other.log" || { cat "$work/other.log"; exit 1; }
+echo "consume_install: a different Kokkos is refused with a clear message"
 out="$(mpiexec -np 2 --oversubscribe "$work/build/particles")"
 echo "$out"
 read -r n expected < <(/usr/bin/python3 "$src/tests/install/particles_reference.py" 2)
 got="$(echo "$out" | sed -n 's/^total energy = //p')"
+echo "$out" | grep -q "^particles: $n on 2 ranks" || { echo "particles: expected $n particles"; exit 1; }
 /usr/bin/python3 - "$got" "$expected" <<'PY'
 import sys
 got, expected = float(sys.argv[1]), float(sys.argv[2])

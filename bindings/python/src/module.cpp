@@ -32,8 +32,7 @@ kvmap::Comm to_comm(const py::object& comm) {
     throw py::type_error("kvmap: comm must be an mpi4py.MPI.Comm or None, got " +
                          std::string(py::str(py::type::of(comm))));
   }
-  const MPI_Fint handle = comm.attr("py2f")().cast<MPI_Fint>();
-  return kvmap::Comm(MPI_Comm_f2c(handle));
+  return kvmap::Comm::from_fortran(comm.attr("py2f")().cast<std::int64_t>());
 }
 
 std::optional<int> to_split(const py::object& split) {
@@ -195,9 +194,7 @@ PYBIND11_MODULE(_kvmap, m) {
   });
 
   m.def("_initialize", [] {
-    int initialized = 0;
-    MPI_Initialized(&initialized);
-    if (!initialized) throw kvmap::Error("kvmap: MPI is not initialized (import mpi4py.MPI first)");
+    if (!kvmap::Impl::mpi_initialized()) throw kvmap::Error("kvmap: MPI is not initialized (import mpi4py.MPI first)");
     if (!Kokkos::is_initialized()) Kokkos::initialize();
   });
   m.def("_finalize", [] {

@@ -27,6 +27,8 @@ class Comm {
 
   static Comm world();
   static Comm self();
+  // Duplicates the communicator with this Fortran handle (what mpi4py's Comm.py2f() gives).
+  static Comm from_fortran(std::int64_t handle);
 
   int rank() const { return rank_; }
   int size() const { return size_; }
@@ -131,6 +133,13 @@ std::size_t mpi_count_limit();
 void set_mpi_count_limit(std::size_t limit);
 // Releases the cached world communicator (before MPI_Finalize).
 void release_cached_comms();
+bool mpi_initialized();
+// Initializes MPI with at least MPI_THREAD_FUNNELED, or checks the thread level of an MPI
+// that is already initialized (Error when it is below FUNNELED). True when this call
+// initialized MPI.
+bool init_mpi(int& argc, char**& argv);
+// Releases the cached communicators, then finalizes MPI.
+void finalize_mpi();
 }  // namespace Impl
 
 }  // namespace kvmap
