@@ -4,6 +4,8 @@
 
 #include <fstream>
 #include <limits>
+#include <map>
+#include <mutex>
 #include <random>
 
 #include "kvmap/impl/fault_injection.hpp"
@@ -30,6 +32,53 @@ double rss_mib() {
   }
   return 0;
 }
+
+// Every byte Kokkos allocates, in any memory space, seen through the Kokkos Tools
+// allocation callbacks: kvmap's views, its block cache and anything else built on Kokkos.
+class KokkosAllocations {
+ public:
+  KokkosAllocations() {
+    Kokkos::Tools::Experimental::set_allocate_data_callback(&on_allocate);
+    Kokkos::Tools::Experimental::set_deallocate_data_callback(&on_deallocate);
+  }
+  ~KokkosAllocations() {
+    Kokkos::Tools::Experimental::set_allocate_data_callback(nullptr);
+    Kokkos::Tools::Experimental::set_deallocate_data_callback(nullptr);
+  }
+  KokkosAllocations(const KokkosAllocations&) = delete;
+  KokkosAllocations& operator=(const KokkosAllocations&) = delete;
+  // Bytes allocated since construction and not yet freed.
+  static std::uint64_t live_bytes() {
+    std::lock_guard<std::mutex> lock(mutex());
+    std::uint64_t sum = 0;
+    for (const auto& [ptr, size] : live()) sum += size;
+    return sum;
+  }
+  static std::uint64_t allocations() { return count(); }
+
+ private:
+  static std::mutex& mutex() {
+    static std::mutex m;
+    return m;
+  }
+  static std::map<const void*, std::uint64_t>& live() {
+    static std::map<const void*, std::uint64_t> l;
+    return l;
+  }
+  static std::uint64_t& count() {
+    static std::uint64_t c = 0;
+    return c;
+  }
+  static void on_allocate(Kokkos::Tools::SpaceHandle, const char*, const void* ptr, std::uint64_t size) {
+    std::lock_guard<std::mutex> lock(mutex());
+    live()[ptr] = size;
+    ++count();
+  }
+  static void on_deallocate(Kokkos::Tools::SpaceHandle, const char*, const void* ptr, std::uint64_t) {
+    std::lock_guard<std::mutex> lock(mutex());
+    live().erase(ptr);
+  }
+};
 
 }  // namespace
 
@@ -119,6 +168,7 @@ TEST_CASE("property: random redistribution sequences preserve the array bit for 
 }
 
 TEST_CASE("soak: 10,000 vmap calls and 1,000 redistributions return to the baseline") {
+  KokkosAllocations kokkos;  // from here on, every Kokkos allocation is tracked
   auto x = View::from_global(pattern({64 * nranks(), 16}, at::kFloat, 4), 0);
   auto f = [](const at::Tensor& v) { return v.exp(); };
   auto cycle = [&](int i) {
@@ -130,9 +180,18 @@ TEST_CASE("soak: 10,000 vmap calls and 1,000 redistributions return to the basel
   };
   for (int i = 0; i < 200; ++i) cycle(i);  // warm-up: caches and allocator pools fill
   const int64_t live = kvmap::stats().bytes_live;
+  const std::uint64_t kokkos_live = KokkosAllocations::live_bytes();
+  const std::uint64_t kokkos_allocs = KokkosAllocations::allocations();
   const double rss = rss_mib();
   for (int i = 0; i < 10000; ++i) cycle(i);
   CHECK(kvmap::stats().bytes_live == live);
+  // All Kokkos memory, not only kvmap's own counter: back to the baseline exactly, although
+  // the loop allocated (the resplits and chunked outputs go through Kokkos).
+  CHECK(KokkosAllocations::live_bytes() == kokkos_live);
+  CHECK(KokkosAllocations::allocations() > kokkos_allocs);
+  MESSAGE("soak: Kokkos bytes live " << KokkosAllocations::live_bytes() << " (baseline " << kokkos_live
+                                     << "), " << KokkosAllocations::allocations() - kokkos_allocs
+                                     << " Kokkos allocations in the loop");
 #if !defined(__SANITIZE_ADDRESS__)
   // ASan's quarantine holds freed memory, so the RSS bound applies to normal builds only.
   CHECK(rss_mib() - rss < 64.0);
