@@ -216,5 +216,13 @@ TEST_CASE("overflow: element counts, byte sizes and MPI counts never wrap around
   auto v = View::from_global(full, 1);
   CHECK(bit_equal(v.resplit(0).allgather(), full));
   CHECK(bit_equal(kvmap::vmap([](const at::Tensor& t) { return t * 2; })(v.resplit(0)).allgather(), full * 2));
+  // Reductions of more values than the limit are reduced in pieces, exactly.
+  std::vector<std::int64_t> values(17);
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<std::int64_t>(i) * (rank() + 1);
+  world().allreduce_sum(values.data(), values.size(), DType::Int64);
+  const std::int64_t ranks_sum = static_cast<std::int64_t>(nranks()) * (nranks() + 1) / 2;
+  for (std::size_t i = 0; i < values.size(); ++i) CHECK(values[i] == static_cast<std::int64_t>(i) * ranks_sum);
+  auto d = View::from_global(pattern({23}, at::kDouble, 6), 0);
+  CHECK(kvmap::linalg::dot(d, d) == doctest::Approx(pattern({23}, at::kDouble, 6).pow(2).sum().item<double>()));
   kvmap::Impl::set_mpi_count_limit(saved);
 }

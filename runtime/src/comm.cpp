@@ -161,21 +161,33 @@ void Comm::bcast_bytes(void* data, std::size_t nbytes, int root) const {
   } while (done < nbytes);
 }
 
+namespace {
+// In-place reduction in pieces of at most the MPI count limit (the same pieces on every
+// rank, since every rank passes the same n).
+void allreduce_in_pieces(MPI_Comm comm, void* data, std::size_t n, DType dtype, MPI_Op op) {
+  const std::size_t limit = std::max<std::size_t>(1, g_count_limit.load());
+  auto* p = static_cast<unsigned char*>(data);
+  const std::size_t elem = size_of(dtype);
+  std::size_t done = 0;
+  do {
+    const std::size_t piece = std::min(limit, n - done);
+    check_mpi(MPI_Allreduce(MPI_IN_PLACE, p + done * elem, static_cast<int>(piece), mpi_type(dtype),
+                            op, comm),
+              "MPI_Allreduce");
+    done += piece;
+  } while (done < n);
+}
+}  // namespace
+
 void Comm::allreduce_sum(void* data, std::size_t n, DType dtype) const {
   Impl::count_collective();
-  KVMAP_CHECK(fits(n), ValueError, "kvmap: allreduce of " << n << " values exceeds the MPI count limit");
-  check_mpi(MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(n), mpi_type(dtype), MPI_SUM,
-                          handle_->comm),
-            "MPI_Allreduce");
+  allreduce_in_pieces(handle_->comm, data, n, dtype, MPI_SUM);
 }
 
 void Comm::allreduce_max(void* data, std::size_t n, DType dtype) const {
   Impl::count_collective();
   KVMAP_CHECK(!is_complex(dtype), TypeError, "kvmap: max-reduction of complex values");
-  KVMAP_CHECK(fits(n), ValueError, "kvmap: allreduce of " << n << " values exceeds the MPI count limit");
-  check_mpi(MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(n), mpi_type(dtype), MPI_MAX,
-                          handle_->comm),
-            "MPI_Allreduce");
+  allreduce_in_pieces(handle_->comm, data, n, dtype, MPI_MAX);
 }
 
 namespace {
