@@ -62,9 +62,12 @@ def test_versions_variants_dependencies(recipe):
 
 
 class Spec:
-    def __init__(self, variants):
+    def __init__(self, variants, mpi="openmpi"):
         self.variants = variants
+        self.mpi = mpi
         self.deps = {
+            "cmake": types.SimpleNamespace(prefix=stub.Prefix("/opt/cmake")),
+            "mpi": types.SimpleNamespace(prefix=stub.Prefix("/opt/" + mpi)),
             "kokkos": types.SimpleNamespace(prefix="/opt/kokkos"),
             "kokkos-kernels": types.SimpleNamespace(prefix="/opt/kokkos-kernels"),
             "py-torch": types.SimpleNamespace(package=types.SimpleNamespace(
@@ -78,6 +81,8 @@ class Spec:
         return self.deps[name]
 
     def satisfies(self, constraint):
+        if constraint.startswith("^"):
+            return constraint[1:] == self.mpi
         return constraint.startswith("+") and bool(self.variants.get(constraint[1:]))
 
 
@@ -120,9 +125,27 @@ def test_cmake_args_use_defines_of_existing_options(recipe, python):
     assert variant_names == {"KVMAP_PYTHON", "KVMAP_ENABLE_PERF", "BUILD_SHARED_LIBS"}
 
 
-def test_smoke_test_builds_the_installed_example(recipe):
+@pytest.mark.parametrize("mpi", ["openmpi", "mpich"])
+def test_smoke_test_builds_the_installed_example(recipe, mpi):
     module, _ = recipe
-    assert callable(getattr(module.Kvmap, "test_particles", None))
     assert "particles" in module.Kvmap.test_particles.__doc__
+    pkg = module.Kvmap(Spec({"python": True, "perf": True, "shared": True}, mpi=mpi), prefix="/opt/kvmap")
+    stub.CALLS.clear()
+    stub.OUTPUT["text"] = "particles: 2007 on 2 ranks\ntotal energy = 2834.482087289438\nbytes copied = 0\n"
+    pkg.test_particles()
+    example = "/opt/kvmap/share/kvmap/examples/particles"
+    (cmake, configure), (cmake2, build), (mpiexec, run) = stub.CALLS
+    assert cmake == cmake2 == "/opt/cmake/bin/cmake"
+    assert configure[0] == example and "-DCMAKE_PREFIX_PATH:STRING=/opt/kvmap" in configure
+    assert build == ("--build", ".")
+    assert mpiexec == "/opt/%s/bin/mpiexec" % mpi
+    # Open MPI refuses more ranks than cores unless told; other MPIs do not know the flag.
+    expected = ["-np", "2"] + (["--oversubscribe"] if mpi == "openmpi" else []) + ["./particles"]
+    assert list(run) == expected
+    # A run that copied bytes, or printed no result, fails the smoke test.
+    for bad in ("total energy = 1.0\nbytes copied = 96\n", "bytes copied = 0\n"):
+        stub.OUTPUT["text"] = bad
+        with pytest.raises(AssertionError):
+            pkg.test_particles()
     with open(os.path.join(ROOT, "CMakeLists.txt")) as f:
         assert "examples/particles DESTINATION ${CMAKE_INSTALL_DATADIR}/kvmap/examples" in f.read()

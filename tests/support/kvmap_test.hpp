@@ -1,8 +1,12 @@
 #pragma once
 // Helpers shared by kvmap's MPI tests.
-#include <doctest/doctest.h>
-
+// LibTorch first: Debian's c10 pulls in glog, whose CHECK(condition) must be defined before
+// doctest's CHECK(...) so that doctest's definition is the one the tests use, with or
+// without precompiled headers.
 #include <ATen/ATen.h>
+#include <c10/util/Logging.h>
+
+#include <doctest/doctest.h>
 
 #include <mpi.h>
 

@@ -1,10 +1,14 @@
 """Stub of spack's CMakePackage: define/define_from_variant record what they were given."""
 
 
+from spack.package import Prefix
+
+
 class CMakePackage:
-    def __init__(self, spec, run_tests=False):
+    def __init__(self, spec, run_tests=False, prefix="/opt/kvmap"):
         self.spec = spec
         self.run_tests = run_tests
+        self.prefix = Prefix(prefix)
         self.defined = []  # (name, value, how)
 
     def define(self, name, value):
