@@ -219,6 +219,24 @@ TEST_CASE("redistribution counts the bytes it copies") {
   CHECK(kvmap::stats().bytes_live >= 0);
 }
 
+TEST_CASE("gather and allgather of a replicated array return copies, not aliases") {
+  const at::Tensor full = pattern({3, 5}, at::kDouble, 7);
+  auto r = View::from_global(full, std::nullopt);
+  const auto before = kvmap::stats().bytes_copied;
+  at::Tensor all = r.allgather();
+  CHECK(kvmap::stats().bytes_copied - before == static_cast<uint64_t>(full.numel() * 8));
+  CHECK(all.data_ptr() != r.local().data_ptr());
+  all.fill_(-1.0);
+  CHECK(bit_equal(r.local(), full));
+  at::Tensor on_root = r.gather(0);
+  if (rank() == 0) {
+    CHECK(on_root.data_ptr() != r.local().data_ptr());
+    CHECK(bit_equal(on_root, full));
+  } else {
+    CHECK_FALSE(on_root.defined());
+  }
+}
+
 TEST_CASE("linalg: dot, nrm2, axpby against torch on the gathered arrays") {
   const int me = rank(), P = nranks();
   for (at::ScalarType type : {at::kFloat, at::kDouble}) {

@@ -324,7 +324,13 @@ at::Tensor DistView<M>::gather(int root) const {
     error = std::current_exception();
   }
   comm_.agree_arguments(error, "DistView::gather", "gather(root=" + std::to_string(root) + ")");
-  if (!target) return comm_.rank() == root ? local().clone() : at::Tensor();
+  if (!target) {
+    // Replicated: root's own copy, never an alias of the DistView's storage.
+    if (comm_.rank() != root) return at::Tensor();
+    at::Tensor copy = local().clone();
+    Impl::count_bytes_copied(static_cast<std::uint64_t>(copy.numel()) * copy.element_size());
+    return copy;
+  }
   DistView on_root = move_data(*this, *target);
   return comm_.rank() == root ? on_root.local() : at::Tensor();
 }
@@ -338,7 +344,12 @@ at::Tensor DistView<M>::allgather() const {
     error = std::current_exception();
   }
   comm_.agree_arguments(error, "DistView::allgather", "allgather()");
-  if (!split()) return local();
+  if (!split()) {
+    // Replicated: a copy, like every other gather, never an alias of the storage.
+    at::Tensor copy = local().clone();
+    Impl::count_bytes_copied(static_cast<std::uint64_t>(copy.numel()) * copy.element_size());
+    return copy;
+  }
   return move_data(*this, Layout::replicated(gshape(), comm_.size())).local();
 }
 
