@@ -5,6 +5,7 @@ Heat-compatible spelling: ``kvmap.array``, ``kvmap.zeros/ones/arange``,
 ``kvmap.vmap(func, out_dims=0, randomness="error", *, chunk_size=None)``.
 """
 import atexit as _atexit
+import math as _math
 
 import torch as _torch  # noqa: F401  (registers torch's Python types before the extension)
 from mpi4py import MPI as _MPI  # noqa: F401  (initializes MPI; kvmap never finalizes it)
@@ -64,8 +65,40 @@ def ones(*shape, dtype=None, split=None, comm=None):
     return _kvmap._full(_shape(shape), 1.0, dtype, split, comm)
 
 
-def arange(n, dtype=None, split=None, comm=None):
-    return _kvmap._arange(int(n), dtype, split, comm)
+def arange(*args, dtype=None, split=None, comm=None):
+    """Like ``torch.arange``: ``arange(end)``, ``arange(start, end)`` or
+    ``arange(start, end, step)``, a 1-D DistView of ``start + i * step`` below ``end``.
+
+    The default dtype is int64 when every argument is an int, else torch's default dtype.
+    Values are computed in int64 (integer arguments) or float64, then cast, like torch.
+    """
+    if not 1 <= len(args) <= 3:
+        raise TypeError("kvmap.arange: expected arange(end), arange(start, end) or "
+                        "arange(start, end, step), got %d arguments" % len(args))
+    for a in args:
+        if isinstance(a, bool) or not isinstance(a, (int, float)):
+            raise TypeError("kvmap.arange: arguments must be ints or floats, got %r" % (a,))
+    start, end, step = (0, args[0], 1) if len(args) == 1 else (tuple(args) + (1,))[:3]
+    if step == 0:
+        raise ValueError("kvmap.arange: step must be nonzero")
+    if (step > 0 and start > end) or (step < 0 and start < end):
+        raise ValueError("kvmap.arange: start %r, end %r and step %r are inconsistent (as in "
+                         "torch.arange)" % (start, end, step))
+    integral = all(isinstance(a, int) for a in (start, end, step))
+    if dtype is None:
+        dtype = _torch.int64 if integral else _torch.get_default_dtype()
+    if integral:
+        n = max(0, -((start - end) // step))  # ceil((end - start) / step), exactly
+    else:
+        n = max(0, int(_math.ceil((end - start) / step)))
+    work = _torch.int64 if integral else _torch.float64
+    index = _kvmap._arange(n, work, split, comm)  # 0 .. n-1 with kvmap's layout
+    values = index.larray.mul_(step).add_(start)
+    if values.dtype == dtype:
+        return index
+    if split is None:
+        return _kvmap._from_global(values.to(dtype), None, comm)
+    return _kvmap._from_local(values.to(dtype), split, comm)
 
 
 def manual_seed(seed, comm=None):

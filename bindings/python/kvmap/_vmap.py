@@ -21,6 +21,8 @@ def vmap(func, out_dims=0, randomness="error", *, chunk_size=None):
             raise TypeError("kvmap.vmap: chunk_size must be an int or None, got %s" % type(chunk_size).__name__)
         if chunk_size < 1:
             raise ValueError("kvmap.vmap: chunk_size must be >= 1, got %d" % chunk_size)
+    # An int applies to every output; a tuple names one dim per output (as in torch.vmap).
+    per_output = not isinstance(out_dims, int)
     if isinstance(out_dims, int) and not isinstance(out_dims, bool):
         dims = [out_dims]
     elif isinstance(out_dims, (tuple, list)) and out_dims and all(
@@ -34,7 +36,12 @@ def vmap(func, out_dims=0, randomness="error", *, chunk_size=None):
             if not isinstance(a, _kvmap.DistView):
                 raise TypeError("kvmap.vmap: positional argument %d must be a kvmap.DistView, got %s "
                                 "(pass other arguments as keywords)" % (i, type(a).__name__))
-        return _kvmap._vmap_call(func, dims, randomness, chunk_size, *args, **kwargs)
+        outputs = _kvmap._vmap_call(func, dims, randomness, chunk_size, *args, **kwargs)
+        # The number of outputs is agreed across ranks, so every rank raises alike.
+        if per_output and len(dims) != len(outputs):
+            raise ValueError("kvmap.vmap: out_dims %r has %d entries but the function returned %d "
+                             "outputs" % (tuple(out_dims), len(dims), len(outputs)))
+        return outputs
 
     vmapped.__wrapped__ = func
     vmapped.__doc__ = func.__doc__

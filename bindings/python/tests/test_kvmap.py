@@ -47,6 +47,30 @@ def test_heat_two_split_inputs(dtype, chunk_size):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+def test_heat_out_dims_as_int(dtype):
+    # Heat's first case: an int out_dims applies to both outputs.
+    a_full, b_full = randn(5 * P, 10, 10, dtype=dtype, seed=21), randn(10, 5 * P, dtype=dtype, seed=22)
+    x0, x1 = kvmap.array(a_full, split=0), kvmap.array(b_full, split=1)
+    y0, y1 = kvmap.vmap(F, out_dims=0)(x0, x1, k=2, scale=2.2)
+    r0, r1 = loop_reference(F, [gathered(x0), gathered(x1)], [0, 1], 0, k=2, scale=2.2)
+    assert y0.split == 0 and y1.split == 0
+    assert torch.allclose(gathered(y0), r0, **tol(dtype))
+    assert torch.allclose(gathered(y1), r1, **tol(dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_heat_chunked_replicated_input(dtype):
+    # Heat's second case: F with out_dims (0, 1), chunk_size=1, k=5, the second input whole.
+    a_full, b_full = randn(5 * P, 10, 10, dtype=dtype, seed=23), randn(10, 5 * P, dtype=dtype, seed=24)
+    x0, x1 = kvmap.array(a_full, split=0), kvmap.array(b_full)
+    y0, y1 = kvmap.vmap(F, out_dims=(0, 1), chunk_size=1)(x0, x1, k=5, scale=2.2)
+    r0, r1 = loop_reference(F, [gathered(x0), b_full], [0, None], (0, 1), k=5, scale=2.2)
+    assert y0.split == 0 and y1.split == 1
+    assert torch.allclose(gathered(y0), r0, **tol(dtype))
+    assert torch.allclose(gathered(y1), r1, **tol(dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("chunk_size", [None, 1, 2, 3, 4])
 def test_heat_replicated_input_int_output(dtype, chunk_size):
     a_full, b_full = randn(5 * P, 10, 10, dtype=dtype, seed=3), randn(10, 5 * P, dtype=dtype, seed=4)
@@ -86,8 +110,78 @@ def test_heat_argument_errors():
 def test_wrong_number_of_out_dims_for_two_outputs():
     x0 = kvmap.array(randn(5 * P, 10, 10, dtype=torch.float32, seed=6), split=0)
     x1 = kvmap.array(randn(10, 5 * P, dtype=torch.float32, seed=7))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="3 entries but the function returned 2"):
         kvmap.vmap(F, (0, 1, 2))(x0, x1, k=2, scale=2.2)
+    # A one-entry tuple names one output, as in torch.vmap: two outputs are an error on every
+    # rank, while the int 0 applies to both.
+    with pytest.raises(ValueError, match="1 entries but the function returned 2"):
+        kvmap.vmap(F, (0,))(x0, x1, k=2, scale=2.2)
+    assert len(kvmap.vmap(F, 0)(x0, x1, k=2, scale=2.2)) == 2
+    for bad in ((0, "1"), (), 1.5, True):
+        with pytest.raises(TypeError, match="out_dims"):
+            kvmap.vmap(F, bad)
+
+
+@pytest.mark.parametrize("args", [(7,), (3 * P + 1,), (2, 11), (-3, 3 * P, 2), (20, 1, -3), (5, 5)])
+@pytest.mark.parametrize("split", [0, None])
+def test_arange_matches_torch(args, split):
+    d = kvmap.arange(*args, split=split)
+    expected = torch.arange(*args)
+    assert d.dtype == torch.int64 and d.split == split
+    assert torch.equal(gathered(d), expected)
+    assert d.is_balanced()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_arange_floats(dtype):
+    d = kvmap.arange(0.5, 3 * P + 0.25, 0.75, dtype=dtype, split=0)
+    expected = torch.arange(0.5, 3 * P + 0.25, 0.75, dtype=dtype)
+    assert d.dtype == dtype and d.gshape == tuple(expected.shape)
+    assert torch.allclose(gathered(d), expected, **tol(dtype))
+    f = kvmap.arange(0.0, 1.0, 0.125)  # float arguments: torch's default dtype
+    assert f.dtype == torch.get_default_dtype() and torch.equal(gathered(f), torch.arange(0.0, 1.0, 0.125))
+    with pytest.raises(ValueError, match="step"):
+        kvmap.arange(0, 5, 0)
+    with pytest.raises(ValueError, match="inconsistent"):
+        kvmap.arange(9, 2)
+    with pytest.raises(TypeError):
+        kvmap.arange()
+
+
+def test_gil_is_released_while_the_scheduler_waits():
+    # Rank 0 enters vmap first and waits in its agreement collective for the other ranks,
+    # which arrive 0.5 s later. A Python thread on rank 0 that needs the GIL must make
+    # progress meanwhile: the scheduler holds the GIL only while func runs.
+    if P < 2:
+        pytest.skip("needs a second rank to wait for")
+    import threading
+    import time
+
+    x = kvmap.ones(2 * P, 3, split=0)
+    MPI.COMM_WORLD.Barrier()
+    if ME == 0:
+        stop, ticks = threading.Event(), [0]
+
+        def spin():
+            while not stop.is_set():
+                ticks[0] += 1  # pure Python: runs only while this thread holds the GIL
+
+        t = threading.Thread(target=spin)
+        t.start()
+        time.sleep(0.05)
+        before = ticks[0]
+        start = time.monotonic()
+        (y,) = kvmap.vmap(lambda v: v * 2)(x)
+        waited = time.monotonic() - start
+        during = ticks[0] - before
+        stop.set()
+        t.join()
+        assert waited > 0.3
+        assert during > 10000, "a Python thread made %d steps during a %.2f s vmap" % (during, waited)
+    else:
+        time.sleep(0.5)
+        (y,) = kvmap.vmap(lambda v: v * 2)(x)
+    assert bool((gathered(y) == 2).all())
 
 
 def test_array_split_and_is_split():
