@@ -24,6 +24,10 @@ elseif(NOT KVMAP_TORCH_PYTHON_LIBRARY)
   message(STATUS "kvmap: Python bindings off (libtorch_python not found)")
 elseif(NOT _kvmap_py_rc EQUAL 0)
   message(STATUS "kvmap: Python bindings off (${Python_EXECUTABLE} cannot import torch and mpi4py)")
+elseif(Torch_VERSION AND NOT _kvmap_py_torch MATCHES "^${Torch_VERSION_MAJOR}\\.${Torch_VERSION_MINOR}\\.")
+  # Tensors cross the boundary as the same objects only with the same LibTorch.
+  message(STATUS "kvmap: Python bindings off (Python's torch ${_kvmap_py_torch} is not the LibTorch "
+                 "${Torch_VERSION} kvmap links)")
 else()
   set(KVMAP_PYTHON_FOUND TRUE)
   message(STATUS "kvmap: Python bindings for ${Python_EXECUTABLE} (torch ${_kvmap_py_torch})")
