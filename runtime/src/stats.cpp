@@ -12,6 +12,7 @@ struct Counters {
   std::atomic<std::uint64_t> collectives{0};
   std::atomic<std::uint64_t> bytes_allocated{0};
   std::atomic<std::int64_t> bytes_live{0};
+  std::atomic<std::int64_t> allocations_live{0};  // zero-byte blocks included
 };
 Counters& counters() {
   static Counters c;
@@ -48,8 +49,13 @@ void count_collective() { ++counters().collectives; }
 void count_allocation(std::uint64_t n) {
   counters().bytes_allocated += n;
   counters().bytes_live += static_cast<std::int64_t>(n);
+  ++counters().allocations_live;
 }
-void count_deallocation(std::uint64_t n) { counters().bytes_live -= static_cast<std::int64_t>(n); }
+void count_deallocation(std::uint64_t n) {
+  counters().bytes_live -= static_cast<std::int64_t>(n);
+  --counters().allocations_live;
+}
+std::int64_t live_allocations() { return counters().allocations_live.load(); }
 }  // namespace Impl
 
 }  // namespace kvmap

@@ -6,6 +6,7 @@ Heat-compatible spelling: ``kvmap.array``, ``kvmap.zeros/ones/arange``,
 """
 import atexit as _atexit
 import math as _math
+import numbers as _numbers
 
 import torch as _torch  # noqa: F401  (registers torch's Python types before the extension)
 from mpi4py import MPI as _MPI  # noqa: F401  (initializes MPI; kvmap never finalizes it)
@@ -65,19 +66,32 @@ def ones(*shape, dtype=None, split=None, comm=None):
     return _kvmap._full(_shape(shape), 1.0, dtype, split, comm)
 
 
+def _arange_arg(a):
+    """An arange argument as a Python int or float (NumPy scalars and 0-d tensors too)."""
+    if isinstance(a, _torch.Tensor) and a.dim() == 0 and a.dtype != _torch.bool and not a.is_complex():
+        a = a.item()
+    if isinstance(a, bool) or not isinstance(a, _numbers.Real):
+        raise TypeError("kvmap.arange: arguments must be ints or floats, got %r" % (a,))
+    if isinstance(a, _numbers.Integral):
+        return int(a)
+    a = float(a)
+    if not _math.isfinite(a):
+        raise ValueError("kvmap.arange: arguments must be finite, got %r" % a)
+    return a
+
+
 def arange(*args, dtype=None, split=None, comm=None):
     """Like ``torch.arange``: ``arange(end)``, ``arange(start, end)`` or
     ``arange(start, end, step)``, a 1-D DistView of ``start + i * step`` below ``end``.
 
     The default dtype is int64 when every argument is an int, else torch's default dtype.
-    Values are computed in int64 (integer arguments) or float64, then cast, like torch.
+    Values are computed in int64 (integer arguments) or float64, then cast: torch's length
+    and values (torch's float32 kernel rounds in float32, so its last bits may differ).
     """
     if not 1 <= len(args) <= 3:
         raise TypeError("kvmap.arange: expected arange(end), arange(start, end) or "
                         "arange(start, end, step), got %d arguments" % len(args))
-    for a in args:
-        if isinstance(a, bool) or not isinstance(a, (int, float)):
-            raise TypeError("kvmap.arange: arguments must be ints or floats, got %r" % (a,))
+    args = [_arange_arg(a) for a in args]
     start, end, step = (0, args[0], 1) if len(args) == 1 else (tuple(args) + (1,))[:3]
     if step == 0:
         raise ValueError("kvmap.arange: step must be nonzero")

@@ -203,7 +203,7 @@ PYBIND11_MODULE(_kvmap, m) {
     // tracebacks. Freeing Kokkos memory after Kokkos::finalize aborts, so Kokkos is
     // finalized only when no kvmap allocation is alive; otherwise the process exits with
     // Kokkos up and the operating system takes the memory back.
-    if (Kokkos::is_initialized() && kvmap::stats().bytes_live == 0) Kokkos::finalize();
+    if (Kokkos::is_initialized() && kvmap::Impl::live_allocations() == 0) Kokkos::finalize();
   });
   m.def("version", [] { return std::string(kvmap::version()); });
   m.def("build_info", [] { return std::string(kvmap::build_info()); });

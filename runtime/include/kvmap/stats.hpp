@@ -23,6 +23,8 @@ void count_chunks(std::uint64_t n);
 void count_collective();
 void count_allocation(std::uint64_t n);
 void count_deallocation(std::uint64_t n);
+// Kokkos allocations of kvmap still alive, empty ones included (each holds a Kokkos record).
+std::int64_t live_allocations();
 }  // namespace Impl
 
 }  // namespace kvmap
