@@ -36,23 +36,12 @@ def randn(*shape, dtype, seed):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("chunk_size", [None, 1, 2, 3, 4])
-def test_heat_two_split_inputs(dtype, chunk_size):
+@pytest.mark.parametrize("out_dims", [(0, 0), 0])  # Heat's first case: an int applies to both
+def test_heat_two_split_inputs(dtype, chunk_size, out_dims):
     a_full, b_full = randn(5 * P, 10, 10, dtype=dtype, seed=1), randn(10, 5 * P, dtype=dtype, seed=2)
     x0, x1 = kvmap.array(a_full, split=0), kvmap.array(b_full, split=1)
-    y0, y1 = kvmap.vmap(F, (0, 0), chunk_size=chunk_size)(x0, x1, k=2, scale=2.2)
-    r0, r1 = loop_reference(F, [gathered(x0), gathered(x1)], [0, 1], (0, 0), k=2, scale=2.2)
-    assert y0.split == 0 and y1.split == 0
-    assert torch.allclose(gathered(y0), r0, **tol(dtype))
-    assert torch.allclose(gathered(y1), r1, **tol(dtype))
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_heat_out_dims_as_int(dtype):
-    # Heat's first case: an int out_dims applies to both outputs.
-    a_full, b_full = randn(5 * P, 10, 10, dtype=dtype, seed=21), randn(10, 5 * P, dtype=dtype, seed=22)
-    x0, x1 = kvmap.array(a_full, split=0), kvmap.array(b_full, split=1)
-    y0, y1 = kvmap.vmap(F, out_dims=0)(x0, x1, k=2, scale=2.2)
-    r0, r1 = loop_reference(F, [gathered(x0), gathered(x1)], [0, 1], 0, k=2, scale=2.2)
+    y0, y1 = kvmap.vmap(F, out_dims, chunk_size=chunk_size)(x0, x1, k=2, scale=2.2)
+    r0, r1 = loop_reference(F, [gathered(x0), gathered(x1)], [0, 1], out_dims, k=2, scale=2.2)
     assert y0.split == 0 and y1.split == 0
     assert torch.allclose(gathered(y0), r0, **tol(dtype))
     assert torch.allclose(gathered(y1), r1, **tol(dtype))
