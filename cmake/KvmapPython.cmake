@@ -1,6 +1,6 @@
 # Decides whether the Python bindings can be built: Debian's /usr/bin/python3 (or
-# Python_EXECUTABLE) with its development files, pybind11, LibTorch's libtorch_python and
-# the Python modules torch and mpi4py. Sets KVMAP_PYTHON_FOUND.
+# Python_EXECUTABLE, e.g. the torch2 venv's) with its development files, pybind11, LibTorch's
+# libtorch_python and the Python modules torch and mpi4py. Sets KVMAP_PYTHON_FOUND.
 include_guard(GLOBAL)
 
 set(KVMAP_PYTHON_FOUND FALSE)
@@ -13,8 +13,17 @@ if(NOT Python_FOUND)
   return()
 endif()
 set(PYBIND11_FINDPYTHON ON)
-find_package(pybind11 CONFIG QUIET)
-find_library(KVMAP_TORCH_PYTHON_LIBRARY torch_python HINTS "${TORCH_INSTALL_PREFIX}/lib")
+# The interpreter's own pybind11 first (a venv's is new enough for its Python), then the system's.
+execute_process(COMMAND ${Python_EXECUTABLE} -c "import pybind11; print(pybind11.get_cmake_dir())"
+                RESULT_VARIABLE _kvmap_pb_rc OUTPUT_VARIABLE _kvmap_pb_dir ERROR_QUIET
+                OUTPUT_STRIP_TRAILING_WHITESPACE)
+if(_kvmap_pb_rc EQUAL 0)
+  find_package(pybind11 CONFIG QUIET HINTS "${_kvmap_pb_dir}")
+else()
+  find_package(pybind11 CONFIG QUIET)
+endif()
+# libtorch_python of the one LibTorch kvmap links (cmake/KvmapTorch.cmake), nowhere else.
+find_library(KVMAP_TORCH_PYTHON_LIBRARY torch_python PATHS "${KVMAP_TORCH_LIBDIR}" NO_DEFAULT_PATH)
 execute_process(COMMAND ${Python_EXECUTABLE} -c "import torch, mpi4py; print(torch.__version__)"
                 RESULT_VARIABLE _kvmap_py_rc OUTPUT_VARIABLE _kvmap_py_torch ERROR_QUIET
                 OUTPUT_STRIP_TRAILING_WHITESPACE)

@@ -8,8 +8,20 @@ kvmap_prepare() {
   if [ "$preset" = debian-kokkos ]; then
     export KVMAP_DEBIAN_KOKKOS=1
   fi
-  KVMAP_KOKKOS_PREFIX="$("$KVMAP_SOURCE_DIR/scripts/install-deps.sh" | tail -n1)"
+  if [ "$preset" = torch2 ]; then
+    export KVMAP_TORCH2=1
+  fi
+  local deps
+  deps="$("$KVMAP_SOURCE_DIR/scripts/install-deps.sh")"
+  KVMAP_KOKKOS_PREFIX="$(tail -n1 <<<"$deps")"
   export KVMAP_KOKKOS_PREFIX
+  if [ "$preset" = torch2 ]; then
+    # The preset takes LibTorch and Python from the venv: its torch's CMake package and its
+    # interpreter (for the bindings and the Python tests).
+    KVMAP_PYTHON="$(sed -n 's/^torch2-python=//p' <<<"$deps")"
+    KVMAP_TORCH_DIR="$("$KVMAP_PYTHON" -c 'import os, torch.utils; print(os.path.join(torch.utils.cmake_prefix_path, "Torch"))')"
+    export KVMAP_PYTHON KVMAP_TORCH_DIR
+  fi
   # Compiler cache hits across checkouts in different directories.
   export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$KVMAP_SOURCE_DIR}"
   # Open MPI refuses root unless told; kvmap's CI and containers run as root.

@@ -2,13 +2,20 @@
 # Installs what kvmap needs on Debian 12, skipping what is already there:
 #   1. Debian packages (LibTorch, Open MPI, doctest, pybind11, optimized BLAS, ...);
 #   2. Kokkos + Kokkos Kernels 3.4.01 (OpenMP + Serial) built from Debian's own
-#      trilinos source package into a reusable prefix.
+#      trilinos source package into a reusable prefix;
+#   3. with KVMAP_TORCH2=1: LibTorch 2.x from PyPI's torch wheel, in a venv of Python >= 3.12
+#      with mpi4py, pybind11, pytest and Heat (the Python side of the torch2 configuration).
 #
 # Environment:
 #   KVMAP_DEPS_PREFIX  where Kokkos is installed (default: $XDG_CACHE_HOME/kvmap or ~/.cache/kvmap)
 #   KVMAP_SKIP_APT=1   do not touch Debian packages (everything already installed)
 #   KVMAP_DEBIAN_KOKKOS=1  also install Debian's binary libtrilinos-kokkos-dev (Serial only)
-# Prints the Kokkos prefix on its last line.
+#   KVMAP_TORCH2=1     also make the torch2 venv ($KVMAP_DEPS_PREFIX/torch2-venv)
+#   KVMAP_TORCH2_SPEC  the pip requirement for torch (default: the tested range below)
+#   KVMAP_TORCH2_BASE_PYTHON  the Python >= 3.12 the venv is made from (default: python3.12
+#                      on PATH or in pyenv, else a newer one)
+# Prints "torch2-python=<venv python>" (with KVMAP_TORCH2=1), then the Kokkos prefix on its
+# last line.
 set -euo pipefail
 
 cache_root="${XDG_CACHE_HOME:-$HOME/.cache}/kvmap"
@@ -43,6 +50,10 @@ fi
 if [ "${KVMAP_DEBIAN_KOKKOS:-0}" = 1 ]; then
   packages+=(libtrilinos-kokkos-dev libtrilinos-kokkos-kernels-dev)
 fi
+if [ "${KVMAP_TORCH2:-0}" = 1 ]; then
+  # The wheel ships ATen/functorch headers that include nlohmann/json.hpp but not that header.
+  packages+=(nlohmann-json3-dev python3-venv)
+fi
 
 missing_packages() {
   local p
@@ -69,6 +80,53 @@ if [ "${KVMAP_SKIP_APT:-0}" != 1 ]; then
   else
     log "Debian packages: all present"
   fi
+fi
+
+# ---- LibTorch 2.x: PyPI's torch wheel in a venv -------------------------------------------
+# Tested: torch 2.14 (CUDA 13 wheel, runs on CPU-only machines) with Heat 1.9.0, which needs
+# Python >= 3.12. The range holds only what kvmap was tested with.
+torch2_spec="${KVMAP_TORCH2_SPEC:-torch>=2.14,<2.15}"
+torch2_extras=(heat==1.9.0 "mpi4py>=4" "pybind11>=2.11" pytest numpy)
+
+python_at_least_312() {
+  "$1" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else 1)' 2>/dev/null
+}
+find_base_python() {
+  local c
+  # The oldest that qualifies: 3.12 is the tested one.
+  for c in "${KVMAP_TORCH2_BASE_PYTHON:-}" python3.12 \
+           $(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.1[2-9]*/bin/python3 2>/dev/null | sort -V) python3.13; do
+    [ -n "$c" ] || continue
+    if command -v "$c" >/dev/null 2>&1 && python_at_least_312 "$c"; then
+      command -v "$c"
+      return 0
+    fi
+  done
+  return 1
+}
+
+if [ "${KVMAP_TORCH2:-0}" = 1 ]; then
+  venv="${KVMAP_DEPS_PREFIX:-$cache_root}/torch2-venv"
+  stamp="$venv/.kvmap-complete"
+  want="$torch2_spec ${torch2_extras[*]}"
+  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && "$venv/bin/python" -c 'import torch' 2>/dev/null; then
+    log "torch2 venv: present in $venv ($("$venv/bin/python" -c 'import torch; print(torch.__version__)'))"
+  else
+    base="$(find_base_python)" || {
+      log "the torch2 configuration needs Python >= 3.12 (Heat 1.9 requires it); none found on PATH"
+      log "or in pyenv. Set KVMAP_TORCH2_BASE_PYTHON to one."
+      exit 1
+    }
+    log "making the torch2 venv in $venv from $base: $want (the torch wheel is about 3 GB)"
+    rm -rf "$venv"
+    "$base" -m venv "$venv" >&2
+    "$venv/bin/python" -m pip install -q --upgrade pip >&2
+    # Heat pins torch itself; both in one resolution, so the venv holds one torch.
+    "$venv/bin/python" -m pip install -q "$torch2_spec" "${torch2_extras[@]}" >&2
+    echo "$want" >"$stamp"
+    log "torch2 venv: $("$venv/bin/python" -c 'import torch; print("torch", torch.__version__)')"
+  fi
+  echo "torch2-python=$venv/bin/python"
 fi
 
 if [ -f "$prefix/.kvmap-complete" ]; then

@@ -4,6 +4,7 @@
 #   scripts/test.sh --debian-kokkos  # Debian's binary libtrilinos-kokkos-dev, tests at 2 ranks
 #   scripts/test.sh --asan           # C++ tests under ASan + UBSan at 1 and 3 ranks
 #   scripts/test.sh --fuzz           # the libFuzzer target (clang), 60 s from the seed corpus
+#   scripts/test.sh --torch2         # LibTorch 2.x from PyPI's torch wheel (C++20), all tests
 # Extra arguments go to ctest (e.g. -R layout, -j 2).
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 preset=default
@@ -11,6 +12,7 @@ case "${1:-}" in
   --debian-kokkos) preset=debian-kokkos; shift ;;
   --asan) preset=asan; shift ;;
   --fuzz) preset=fuzz; shift ;;
+  --torch2) preset=torch2; shift ;;
 esac
 if [ "$preset" = fuzz ]; then
   export KVMAP_FUZZ_DEPS=1

@@ -3,6 +3,8 @@
 #include "kvmap/vmap.hpp"
 
 #include <ATen/ATen.h>
+#include <ATen/ThreadLocalState.h>
+#include <c10/core/DeviceGuard.h>
 
 #include <Kokkos_Core.hpp>
 
@@ -181,7 +183,9 @@ struct ChunkRunner {
  private:
   std::vector<at::Tensor> run_checked(std::int64_t start, std::int64_t len, std::vector<OutputMeta>* record,
                                       const std::vector<OutputMeta>& metas) const {
-    Region region("kvmap::vmap/chunk");
+    // torch's current device is the inputs' device for the whole chunk, on any thread.
+    c10::OptionalDeviceGuard device_guard;
+    if (device.kind != DeviceKind::CPU) device_guard.reset_device(torch_device(device));
     std::vector<at::Tensor> chunk_inputs;
     chunk_inputs.reserve(inputs.size());
     for (std::size_t k = 0; k < inputs.size(); ++k) {
@@ -258,7 +262,11 @@ LocalRun run_local(const VmapOptions& options, std::int64_t n_local, const Chunk
   out.chunks = nchunks;
 
   // Chunk 0 alone fixes the outputs' shapes and dtypes.
-  std::vector<at::Tensor> first = runner.run_first(cs, out.metas);
+  std::vector<at::Tensor> first;
+  {
+    Region region("kvmap::vmap/chunk");
+    first = runner.run_first(cs, out.metas);
+  }
   if (nchunks == 1) {
     // Adopted as they are, unless a stride-0 broadcast has to be materialized once.
     for (at::Tensor& t : first) {
@@ -304,21 +312,39 @@ LocalRun run_local(const VmapOptions& options, std::int64_t n_local, const Chunk
       }
     }
   };
-  // Same-mode randomness restores one generator state per chunk: one chunk at a time.
-  const int concurrency =
-      options.randomness() == Randomness::Same ? 1 : options.concurrency();
-  if (concurrency == 1) {
-#if defined(KOKKOS_ENABLE_SERIAL)
-    Kokkos::parallel_for("kvmap::vmap/chunks", Kokkos::RangePolicy<Kokkos::Serial, Kokkos::IndexType<std::int64_t>>(1, nchunks), body);
-#else
-    for (std::int64_t c = 1; c < nchunks; ++c) body(c);
-#endif
+  // Chunks in flight at once run on the threads of the host execution space, each under the
+  // caller's torch thread-local state (grad mode, inference mode, dispatch keys, functorch
+  // layers). They stay on the calling thread, in order, where that is not possible: Same-mode
+  // randomness restores one generator state per chunk, LibTorch 1.13's functorch bookkeeping
+  // is not thread-safe, and a host space with one thread gives no second chunk in flight.
+  using Host = Kokkos::DefaultHostExecutionSpace;
+  const int in_flight = options.randomness() == Randomness::Same ||
+                                !torch_compat::concurrent_vmap_supported()
+                            ? 1
+                            : std::min(options.concurrency(), Host().concurrency());
+  if (in_flight <= 1) {
+    // Plain loop: the user function may call Kokkos itself (a dispatch or fence inside a
+    // Kokkos policy would wait on that policy's own lock).
+    for (std::int64_t c = 1; c < nchunks; ++c) {
+      Region region("kvmap::vmap/chunk");
+      body(c);
+    }
   } else {
-    using Host = Kokkos::DefaultHostExecutionSpace;
-    for (std::int64_t wave = 1; wave < nchunks; wave += concurrency) {
-      const std::int64_t end = std::min<std::int64_t>(nchunks, wave + concurrency);
-      Kokkos::parallel_for("kvmap::vmap/chunks",
-                           Kokkos::RangePolicy<Host, Kokkos::Schedule<Kokkos::Dynamic>, Kokkos::IndexType<std::int64_t>>(wave, end), body);
+    const at::ThreadLocalState caller_state;
+    auto body_in_caller_state = [&](const std::int64_t c) {
+      at::ThreadLocalStateGuard state_guard(caller_state);
+      body(c);
+    };
+    for (std::int64_t wave = 1; wave < nchunks; wave += in_flight) {
+      const std::int64_t end = std::min<std::int64_t>(nchunks, wave + in_flight);
+      // Regions are pushed by the calling thread only: Kokkos >= 4 fences every execution
+      // space on a region push while a profiler is attached, which inside the policy waits
+      // on the policy itself.
+      Region region("kvmap::vmap/chunk");
+      Kokkos::parallel_for(
+          "kvmap::vmap/chunks",
+          Kokkos::RangePolicy<Host, Kokkos::Schedule<Kokkos::Dynamic>, Kokkos::IndexType<std::int64_t>>(wave, end, Kokkos::ChunkSize(1)),
+          body_in_caller_state);
       Host().fence();
     }
   }

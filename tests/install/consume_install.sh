@@ -26,6 +26,28 @@ if cmake -S "$work/particles" -B "$work/build-other" -G Ninja -DCMAKE_PREFIX_PAT
 fi
 grep -q "kvmap was built against Kokkos" "$work/other.log" || { cat "$work/other.log"; exit 1; }
 echo "consume_install: a different Kokkos is refused with a clear message"
+# And one that points at another LibTorch.
+mkdir -p "$work/other-torch"
+if cmake -S "$work/particles" -B "$work/build-other-torch" -G Ninja -DCMAKE_PREFIX_PATH="$work/prefix" \
+     -DTorch_DIR="$work/other-torch" >"$work/other-torch.log" 2>&1; then
+  echo "consume_install: a different LibTorch was accepted"; exit 1
+fi
+grep -q "kvmap was built against LibTorch" "$work/other-torch.log" || { cat "$work/other-torch.log"; exit 1; }
+echo "consume_install: a different LibTorch is refused with a clear message"
+# The exported targets name LibTorch by its imported target, never by a library path of this
+# machine, and carry the C++ standard kvmap was built with.
+targets="$(cat "$work/prefix"/lib*/cmake/kvmap/kvmapTargets.cmake)"
+if grep -Eq 'lib(c10|torch|torch_cpu)\.so' <<<"$targets"; then
+  echo "consume_install: kvmapTargets.cmake names a LibTorch library file:"
+  grep -E 'lib(c10|torch|torch_cpu)\.so' <<<"$targets"; exit 1
+fi
+std="$(grep -o 'cxx_std_[0-9]*' <<<"$targets" | head -n1)"
+grep -q "^set(kvmap_CXX_STANDARD ${std#cxx_std_})" "$work/prefix"/lib*/cmake/kvmap/kvmapConfig.cmake \
+  || { echo "consume_install: exported standard $std differs from the recorded one"; exit 1; }
+grep -q -- "-std=c++${std#cxx_std_}" "$work/build/compile_commands.json" 2>/dev/null \
+  || grep -rq -- "-std=c++${std#cxx_std_}" "$work/build/build.ninja" \
+  || { echo "consume_install: the consumer was not compiled as ${std}"; exit 1; }
+echo "consume_install: the consumer compiles as ${std}, as kvmap was built"
 out="$(mpiexec -np 2 --oversubscribe "$work/build/particles")"
 echo "$out"
 read -r n expected < <(/usr/bin/python3 "$src/tests/install/particles_reference.py" 2)
