@@ -20,7 +20,23 @@ macro(kvmap_find_torch)
     set(CMAKE_CUDA_STANDARD 17)
     set(_kvmap_set_cuda_standard TRUE)
   endif()
+  # TorchConfig finds its Caffe2 package with PATHS, which CMake searches after the system:
+  # beside a wheel's Torch it would load Debian's Caffe2 (another LibTorch's targets).
+  if(Torch_DIR AND EXISTS "${Torch_DIR}/../Caffe2/Caffe2Config.cmake")
+    get_filename_component(_kvmap_caffe2_dir "${Torch_DIR}/../Caffe2" REALPATH)
+    set(Caffe2_DIR "${_kvmap_caffe2_dir}" CACHE PATH "Caffe2 package of the LibTorch in Torch_DIR" FORCE)
+  endif()
   find_package(Torch ${ARGN})
+  if(Torch_FOUND AND Caffe2_DIR)
+    get_filename_component(_kvmap_torch_dir "${Torch_DIR}" REALPATH)
+    get_filename_component(_kvmap_caffe2_dir "${Caffe2_DIR}" REALPATH)
+    get_filename_component(_kvmap_torch_parent "${_kvmap_torch_dir}" DIRECTORY)
+    if(NOT _kvmap_caffe2_dir STREQUAL "${_kvmap_torch_parent}/Caffe2")
+      message(FATAL_ERROR "kvmap: LibTorch's Torch package (${Torch_DIR}) loaded the Caffe2 package "
+                          "of another LibTorch (${Caffe2_DIR}); set Caffe2_DIR to "
+                          "${_kvmap_torch_parent}/Caffe2")
+    endif()
+  endif()
   if(_kvmap_set_cuda_standard)
     unset(CMAKE_CUDA_STANDARD)
   endif()

@@ -54,7 +54,8 @@ def plot_overhead(records, out):
 
 
 def plot_chunks(records, out):
-    rows = [r for r in records if r["scenario"] == "chunks"]
+    # One chunk at a time: the rows with "concurrency" in their name compare chunks in flight.
+    rows = [r for r in records if r["scenario"] == "chunks" and "time_over_unchunked" in r]
     if not rows:
         return None
 

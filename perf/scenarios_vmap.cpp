@@ -120,6 +120,22 @@ void scenario_chunks(Report& report) {
     report.add({"chunks", "n=100000 hidden=256", name, t,
                 {{"time_over_unchunked", t.median / unchunked}, {"peak_extra_mib", peak}}, {}});
   }
+  // Chunks in flight: 2 at once against 1 at a time, interleaved. Two run at once only where
+  // the host execution space has two threads and LibTorch runs vmaps concurrently (2.x); each
+  // chunk's torch ops are then single-threaded.
+  for (const std::int64_t cs : {256, 4096}) {
+    const std::string name = "chunk_size=" + std::to_string(cs) + " concurrency=2";
+    report.progress("chunks: " + name);
+    auto one = kvmap::vmap(f, kvmap::VmapOptions().chunk_size(cs));
+    auto two = kvmap::vmap(f, kvmap::VmapOptions().chunk_size(cs).concurrency(2));
+    require_same(close(two(x).local(), reference), "chunks", name);
+    const auto both = measure_interleaved(comm, report.settings(),
+                                          {[&] { View y = two(x); }, [&] { View y = one(x); }}, 0);
+    report.add({"chunks", "n=100000 hidden=256", name, both[0],
+                {{"time_over_concurrency_1", both[0].median / both[1].median},
+                 {"host_threads", static_cast<double>(Kokkos::DefaultHostExecutionSpace().concurrency())}},
+                {}});
+  }
 }
 
 void scenario_scaling(Report& report) {

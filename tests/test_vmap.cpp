@@ -2,10 +2,14 @@
 // calling the function on each one, stack. Never the code under test.
 #include "support/kvmap_test.hpp"
 
+#include <ATen/core/grad_mode.h>
 #include <c10/core/InferenceMode.h>
 #include <c10/util/Exception.h>
 
 #include <atomic>
+#include <mutex>
+#include <set>
+#include <thread>
 
 #include "kvmap/impl/torch_compat.hpp"
 #include <torch/version.h>
@@ -269,9 +273,15 @@ TEST_CASE("chunks in flight run under the caller's grad mode, inference mode and
       for (bool grad : {false, true}) {
         INFO("concurrency " << conc << ", grad mode " << grad);
         std::atomic<int> chunks{0}, saw_other_mode{0};
+        std::mutex threads_mutex;
+        std::set<std::thread::id> threads;
         auto f = [&](const at::Tensor& v) {
           ++chunks;
           if (at::GradMode::is_enabled() != grad) ++saw_other_mode;
+          {
+            std::lock_guard<std::mutex> lock(threads_mutex);
+            threads.insert(std::this_thread::get_id());
+          }
           return v.sin() * 2;
         };
         at::AutoGradMode mode(grad);
@@ -279,6 +289,11 @@ TEST_CASE("chunks in flight run under the caller's grad mode, inference mode and
         CHECK(chunks.load() == y.lshape()[0]);
         CHECK(saw_other_mode.load() == 0);
         CHECK(close(y.allgather(), ref[0]));
+        // Chunks really are in flight at once where LibTorch allows it: on several threads.
+        const int host_threads = Kokkos::DefaultHostExecutionSpace().concurrency();
+        const bool parallel = conc > 1 && host_threads > 1 &&
+                              kvmap::Impl::torch_compat::concurrent_vmap_supported();
+        CHECK(threads.size() == (parallel ? static_cast<std::size_t>(std::min(conc, host_threads)) : 1u));
       }
     }
   }

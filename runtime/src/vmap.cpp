@@ -337,13 +337,13 @@ LocalRun run_local(const VmapOptions& options, std::int64_t n_local, const Chunk
     };
     for (std::int64_t wave = 1; wave < nchunks; wave += in_flight) {
       const std::int64_t end = std::min<std::int64_t>(nchunks, wave + in_flight);
-      // Regions are pushed by the calling thread only: Kokkos >= 4 fences every execution
-      // space on a region push while a profiler is attached, which inside the policy waits
-      // on the policy itself.
+      // One chunk per thread (static, chunk size 1): a wave's chunks run at once. Regions are
+      // pushed by the calling thread only: Kokkos >= 4 fences every execution space on a
+      // region push while a profiler is attached, which inside the policy waits on the policy.
       Region region("kvmap::vmap/chunk");
       Kokkos::parallel_for(
           "kvmap::vmap/chunks",
-          Kokkos::RangePolicy<Host, Kokkos::Schedule<Kokkos::Dynamic>, Kokkos::IndexType<std::int64_t>>(wave, end, Kokkos::ChunkSize(1)),
+          Kokkos::RangePolicy<Host, Kokkos::Schedule<Kokkos::Static>, Kokkos::IndexType<std::int64_t>>(wave, end, Kokkos::ChunkSize(1)),
           body_in_caller_state);
       Host().fence();
     }

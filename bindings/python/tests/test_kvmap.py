@@ -81,6 +81,22 @@ def test_heat_one_output(dtype, chunk_size):
     assert torch.allclose(gathered(y0), r0, **tol(dtype))
 
 
+@pytest.mark.parametrize("chunk_size", [None, 2])
+def test_same_result_as_heat(chunk_size):
+    # Heat itself, where it is installed (the torch2 configuration): its vmap on the same
+    # arrays, ranks and arguments gives kvmap's values, split and shape.
+    ht = pytest.importorskip("heat")
+    a_full, b_full = randn(5 * P, 10, 10, dtype=torch.float64, seed=31), randn(10, 5 * P, dtype=torch.float64, seed=32)
+    h0, h1 = ht.vmap(F, out_dims=(0, 1), chunk_size=chunk_size)(
+        ht.array(a_full, split=0), ht.array(b_full, split=1), k=3, scale=0.5)
+    y0, y1 = kvmap.vmap(F, out_dims=(0, 1), chunk_size=chunk_size)(
+        kvmap.array(a_full, split=0), kvmap.array(b_full, split=1), k=3, scale=0.5)
+    for h, y in ((h0, y0), (h1, y1)):
+        assert tuple(h.gshape) == tuple(y.gshape) and h.split == y.split
+        assert torch.allclose(y.larray, h.larray, rtol=1e-9, atol=1e-9)
+        assert torch.allclose(gathered(y), h.resplit(None).larray, rtol=1e-9, atol=1e-9)
+
+
 def test_heat_argument_errors():
     with pytest.raises(TypeError):
         kvmap.vmap(1)
