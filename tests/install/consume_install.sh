@@ -2,17 +2,19 @@
 # Installs kvmap from a build tree into a fresh prefix, builds examples/particles against
 # that prefix alone, runs it under mpiexec -np 2 and checks its result against an
 # independent computation; then imports the Python package from the prefix.
-#   consume_install.sh <build dir> <source dir> [python]
+#   consume_install.sh <build dir> <source dir> <perf built: ON|OFF> [python]
 set -euo pipefail
-build="$1" src="$2" python="${3:-}"
+build="$1" src="$2" perf="$3" python="${4:-}"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 cmake --install "$build" --prefix "$work/installed" >/dev/null
 # The package is relocatable: everything below uses the prefix after a move.
 mv "$work/installed" "$work/prefix"
-version="$("$work/prefix/bin/kvmap-perf" --version)"
-echo "$version"
-grep -q "^kvmap $(sed -n 's/^project(kvmap VERSION \([0-9.]*\).*/\1/p' "$src/CMakeLists.txt") " <<<"$version"
+if [ "$perf" = ON ]; then
+  version="$("$work/prefix/bin/kvmap-perf" --version)"
+  echo "$version"
+  grep -q "^kvmap $(sed -n 's/^project(kvmap VERSION \([0-9.]*\).*/\1/p' "$src/CMakeLists.txt") " <<<"$version"
+fi
 # A copy of the example only: the build sees no kvmap source tree.
 cp -r "$src/examples/particles" "$work/particles"
 cmake -S "$work/particles" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \

@@ -29,7 +29,9 @@ class VmapOptions {
   VmapOptions& randomness(Randomness r);
   // Samples per chunk, per process (>= 1); std::nullopt: the whole local batch at once.
   VmapOptions& chunk_size(std::optional<std::int64_t> c);
-  // Chunks in flight at once (>= 1). LibTorch < 2.0 serializes vmap regions anyway.
+  // Chunks in flight at once (>= 1), on the host execution space's threads, each under the
+  // caller's torch thread-local state: f must then be thread-safe. One at a time on
+  // LibTorch < 2.0 (functorch's bookkeeping there is not thread-safe) and in Same mode.
   VmapOptions& concurrency(int chunks_in_flight);
 
   const std::vector<std::int64_t>& out_dims() const { return out_dims_; }
