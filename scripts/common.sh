@@ -22,8 +22,9 @@ kvmap_prepare() {
     KVMAP_TORCH_DIR="$("$KVMAP_PYTHON" -c 'import os, torch.utils; print(os.path.join(torch.utils.cmake_prefix_path, "Torch"))')"
     export KVMAP_PYTHON KVMAP_TORCH_DIR
   fi
-  # Compiler cache hits across checkouts in different directories.
-  export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$KVMAP_SOURCE_DIR}"
+  # Compiler cache hits across checkouts in different directories: paths relative to the
+  # checkout, and the build directory left out of the hash (ccache hashes it for -g builds).
+  export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$KVMAP_SOURCE_DIR}" CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-true}"
   # Open MPI refuses root unless told; kvmap's CI and containers run as root.
   if [ "$(id -u)" -eq 0 ]; then
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1

@@ -2,6 +2,9 @@
 // dimensions, the large-count path, and process-count-invariant random arrays.
 #include "support/kvmap_test.hpp"
 
+#include <cmath>
+#include <limits>
+
 #include <mpi.h>
 
 using namespace kvmap_test;
@@ -237,6 +240,31 @@ TEST_CASE("gather and allgather of a replicated array return copies, not aliases
   }
 }
 
+TEST_CASE("unchanged layouts: resplit, balance and redistribute return arrays of their own") {
+  // Every operation that keeps the layout still returns new memory (copied locally, counted,
+  // no communication): writing to the result leaves the source as it was.
+  const int P = nranks();
+  for (std::optional<int> split : {std::optional<int>(0), std::optional<int>(1), std::optional<int>()}) {
+    INFO("split " << (split ? std::to_string(*split) : std::string("None")));
+    const at::Tensor full = pattern({2 * P + 1, 3}, at::kFloat, 9);
+    auto x = View::from_global(full, split);  // balanced already
+    const std::vector<std::function<View()>> ops = {
+        [&] { return x.resplit(split); }, [&] { return x.balance(); },
+        [&] { return x.redistribute(x.layout()); }};
+    for (const auto& op : ops) {
+      const auto before = kvmap::stats();
+      View y = op();
+      const auto after = kvmap::stats();
+      CHECK(y.layout() == x.layout());
+      CHECK(after.bytes_copied - before.bytes_copied == static_cast<uint64_t>(x.local().numel() * 4));
+      CHECK(bit_equal(y.allgather(), full));
+      if (y.local().numel() > 0) CHECK(y.local().data_ptr() != x.local().data_ptr());
+      y.local().fill_(-1.0f);
+      CHECK(bit_equal(x.allgather(), full));
+    }
+  }
+}
+
 TEST_CASE("linalg: dot, nrm2, axpby against torch on the gathered arrays") {
   const int me = rank(), P = nranks();
   for (at::ScalarType type : {at::kFloat, at::kDouble}) {
@@ -255,6 +283,26 @@ TEST_CASE("linalg: dot, nrm2, axpby against torch on the gathered arrays") {
     auto v1 = View::from_global(xf.select(1, 0).contiguous(), 0);
     CHECK(kvmap::linalg::nrm2(v1) == doctest::Approx(xf.select(1, 0).to(at::kDouble).norm().item<double>()).epsilon(tol));
   }
+  // nrm2 where squaring would over- or underflow: the reference scales in plain arithmetic
+  // (every element is c times a small integer, so the norm is c times the integers' norm).
+  for (double c : {1e200, 1e-200, 1e30}) {
+    for (at::ScalarType type : {at::kDouble, at::kFloat}) {
+      if (type == at::kFloat && c != 1e30) continue;
+      const at::Tensor ints = (at::arange(3 * P + 2, at::kDouble).remainder(5) + 1);
+      auto x = View::from_global((ints * c).to(type), 0);
+      // float32: the rounded elements' norm in float64, where their squares fit.
+      const double expect = type == at::kFloat ? (ints * c).to(type).to(at::kDouble).norm().item<double>()
+                                               : c * ints.norm().item<double>();
+      INFO("scale " << c << " dtype " << at::toString(type));
+      CHECK(kvmap::linalg::nrm2(x) == doctest::Approx(expect).epsilon(1e-12));
+    }
+  }
+  auto zeros = View::zeros({2 * P + 1}, DType::Float64, 0);
+  CHECK(kvmap::linalg::nrm2(zeros) == 0.0);
+  auto with_inf = View::from_global(at::tensor({1.0, std::numeric_limits<double>::infinity(), 2.0}, at::kDouble), 0);
+  CHECK(std::isinf(kvmap::linalg::nrm2(with_inf)));
+  auto with_nan = View::from_global(at::tensor({1.0, std::numeric_limits<double>::quiet_NaN(), 2.0}, at::kDouble), 0);
+  CHECK(std::isnan(kvmap::linalg::nrm2(with_nan)));
   // Bad input is detected on every rank.
   auto a = View::zeros({6}, DType::Float64, 0);
   auto b = View::zeros({7}, DType::Float64, 0);

@@ -207,8 +207,10 @@ TEST_CASE("zero copy on the unchunked path; chunked writes into preallocated out
   const int P = nranks();
   auto x = View::from_global(randn_everywhere({4 * P, 6}, at::kDouble, 16), 0);
   kvmap::reset_stats();
+  // The identity's output is the input's memory: copied once, since outputs never alias.
   auto same = kvmap::vmap([](const at::Tensor& v) { return v; })(x);
-  CHECK(same.local().data_ptr() == x.local().data_ptr());
+  CHECK(same.local().data_ptr() != x.local().data_ptr());
+  CHECK(kvmap::stats().bytes_copied == static_cast<uint64_t>(x.local().numel() * 8));
   CHECK(at::equal(same.allgather(), x.allgather()));
   kvmap::reset_stats();
   auto doubled = kvmap::vmap([](const at::Tensor& v) { return v * 2; })(x);
@@ -243,6 +245,56 @@ TEST_CASE("zero copy on the unchunked path; chunked writes into preallocated out
   auto big = kvmap::vmap([](const at::Tensor& v) { return v + 1; }, VmapOptions().chunk_size(1 << 20))(x);
   CHECK(kvmap::stats().bytes_copied == 0);
   CHECK(at::equal(big.local(), x.local() + 1));
+}
+
+TEST_CASE("outputs never share memory with an input or with each other, chunked or not") {
+  // Each case writes to every output and checks that the inputs and the other outputs kept
+  // their values (compared with copies taken before the call).
+  const int P = nranks();
+  for (std::optional<int64_t> cs : {std::optional<int64_t>(), std::optional<int64_t>(3)}) {
+    for (int64_t per_rank : {1, 2, 5}) {
+      INFO("chunk size " << (cs ? std::to_string(*cs) : std::string("none")) << ", " << per_rank
+                         << " samples per rank");
+      const at::Tensor x_full = randn_everywhere({per_rank * P, 4}, at::kDouble, 40);
+      const at::Tensor w_full = randn_everywhere({4, 3}, at::kDouble, 41);
+      auto x = View::from_global(x_full, 0);
+      auto w = View::from_global(w_full, std::nullopt);  // replicated: passed whole
+      const at::Tensor t = randn_everywhere({2, 2}, at::kDouble, 42);  // a plain tensor argument
+      const at::Tensor t_before = t.clone();
+      auto unchanged = [&] {
+        CHECK(at::equal(x.allgather(), x_full));
+        CHECK(at::equal(w.local(), w_full));
+        CHECK(at::equal(t, t_before));
+      };
+      // The identity.
+      auto same = kvmap::vmap([](const at::Tensor& v) { return v; }, VmapOptions().chunk_size(cs))(x);
+      same.local().fill_(-1.0);
+      unchanged();
+      CHECK(same.allgather().eq(-1.0).all().item<bool>());
+      // A replicated input returned for every sample.
+      auto whole = kvmap::vmap([](const at::Tensor&, const at::Tensor& W) { return W; },
+                               VmapOptions().chunk_size(cs))(x, w);
+      CHECK(at::equal(whole.allgather(), w_full.unsqueeze(0).expand({per_rank * P, 4, 3})));
+      whole.local().fill_(-1.0);
+      unchanged();
+      // A tensor argument returned, and a view of the input.
+      auto [arg, part] = kvmap::vmap([](const at::Tensor& v, const at::Tensor& T) {
+        return std::make_tuple(T, v.narrow(0, 1, 2));
+      }, VmapOptions().chunk_size(cs))(x, t);
+      CHECK(at::equal(part.allgather(), x_full.narrow(1, 1, 2)));
+      arg.local().fill_(-1.0);
+      part.local().fill_(-1.0);
+      unchanged();
+      // One tensor returned twice.
+      auto [first, second] = kvmap::vmap([](const at::Tensor& v) {
+        at::Tensor r = v * 2;
+        return std::make_tuple(r, r);
+      }, VmapOptions().chunk_size(cs))(x);
+      first.local().fill_(-1.0);
+      CHECK(at::equal(second.allgather(), x_full * 2));
+      unchanged();
+    }
+  }
 }
 
 TEST_CASE("chunks in flight: concurrency > 1 gives the same result") {
@@ -535,6 +587,20 @@ TEST_CASE("errors are raised on every rank with clear messages") {
     }
     auto y = kvmap::vmap([](const at::Tensor& a) { return a * 2; }, VmapOptions().chunk_size(2).concurrency(2))(five);
     CHECK(at::equal(y.allgather(), at::arange(5 * P, at::kFloat).reshape({5 * P, 1}) * 2));
+    // After a failure no further chunk starts: failing in the second of five chunks, one at a
+    // time, f runs twice; with two in flight, at most the other chunk of that wave runs too.
+    for (int conc : {1, 2}) {
+      std::atomic<int> calls{0};
+      expect_collective_error<std::runtime_error>(
+          [&] {
+            kvmap::vmap([&](const at::Tensor& a) {
+              if (me == odd && ++calls == 2) throw std::runtime_error("the second chunk failed");
+              return a * 2;
+            }, VmapOptions().chunk_size(1).concurrency(conc))(five);
+          },
+          {odd}, "the second chunk failed");
+      if (me == odd) CHECK(calls.load() <= (conc == 1 ? 2 : 3));
+    }
   }
   SUBCASE("options differ between ranks") {
     if (P > 1) {

@@ -2,9 +2,10 @@
 
 #include <KokkosBlas1_axpby.hpp>
 #include <KokkosBlas1_dot.hpp>
-#include <KokkosBlas1_nrm2.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "kvmap/error.hpp"
 #include "kvmap/impl/fault_injection.hpp"
@@ -51,6 +52,43 @@ Kokkos::View<T*, M, Kokkos::MemoryTraits<Kokkos::Unmanaged>> flat(const DistView
                                                                        static_cast<std::size_t>(n));
 }
 
+// A part of a Euclidean norm as LAPACK's lassq keeps it: norm = scale * sqrt(ssq), with
+// ssq the sum of (x_i / scale)^2, so no square of a huge or tiny element over- or underflows.
+struct ScaledSsq {
+  double scale = 0.0;
+  double ssq = 0.0;
+};
+
+template <class T, class M>
+ScaledSsq local_scaled_ssq(const DistView<M>& x) {
+  using Exec = typename DistView<M>::execution_space;
+  const auto v = flat<T>(x);
+  const Kokkos::RangePolicy<Exec> all(0, v.extent(0));
+  double largest = 0.0;
+  Kokkos::parallel_reduce(
+      "kvmap::linalg::nrm2/scale", all,
+      KOKKOS_LAMBDA(const std::size_t i, double& m) {
+        const double a = static_cast<double>(v(i));
+        if (a > m) m = a;
+        if (-a > m) m = -a;
+      },
+      Kokkos::Max<double>(largest));
+  // Zero, infinite or NaN-only parts are summed unscaled: their sum (0, inf or NaN) is the
+  // answer and reaches the result through the combination.
+  const bool finite = largest > 0.0 && largest <= std::numeric_limits<double>::max();
+  const double scale = finite ? largest : 1.0;
+  ScaledSsq part;
+  Kokkos::parallel_reduce(
+      "kvmap::linalg::nrm2/ssq", all,
+      KOKKOS_LAMBDA(const std::size_t i, double& sum) {
+        const double q = static_cast<double>(v(i)) / scale;
+        sum += q * q;
+      },
+      part.ssq);
+  part.scale = finite ? largest : (largest > 0.0 ? 1.0 : 0.0);
+  return part;
+}
+
 double global_sum_in_rank_order(const Comm& comm, std::exception_ptr error, double partial) {
   const std::vector<double> parts = comm.agree_gather(error, partial);
   double total = 0.0;
@@ -81,22 +119,29 @@ double dot(const DistView<M>& x, const DistView<M>& y) {
 template <class M>
 double nrm2(const DistView<M>& x) {
   std::exception_ptr error;
-  double partial = 0.0;
+  ScaledSsq partial;
   try {
     Impl::fault_point("linalg::nrm2", x.comm().rank());
     check_operand(x, "nrm2", "x");
-    const double local = x.dtype() == DType::Float64
-                             ? static_cast<double>(KokkosBlas::nrm2(flat<double>(x)))
-                             : static_cast<double>(KokkosBlas::nrm2(flat<float>(x)));
-    partial = local * local;
+    partial = x.dtype() == DType::Float64 ? local_scaled_ssq<double>(x) : local_scaled_ssq<float>(x);
   } catch (...) {
     error = std::current_exception();
   }
-  return std::sqrt(global_sum_in_rank_order(x.comm(), error, partial));
+  // Combined in rank order, rescaled to the largest scale: the same result on every rank.
+  const std::vector<ScaledSsq> parts = x.comm().agree_gather(error, partial);
+  double scale = 0.0;
+  for (const ScaledSsq& p : parts) scale = std::max(scale, p.scale);
+  double ssq = 0.0;
+  for (const ScaledSsq& p : parts) {
+    const double r = scale > 0.0 ? p.scale / scale : 1.0;
+    ssq += p.ssq * r * r;
+  }
+  if (scale == 0.0) return std::sqrt(ssq);  // all zero (or NaN)
+  return scale * std::sqrt(ssq);
 }
 
 template <class M>
-void axpby(double a, const DistView<M>& x, double b, const DistView<M>& y) {
+void axpby(double a, const DistView<M>& x, double b, DistView<M>& y) {
   std::exception_ptr error;
   try {
     Impl::fault_point("linalg::axpby", x.comm().rank());
@@ -116,7 +161,7 @@ void axpby(double a, const DistView<M>& x, double b, const DistView<M>& y) {
 #define KVMAP_INSTANTIATE_LINALG(Space)                                           \
   template double dot<Space>(const DistView<Space>&, const DistView<Space>&);     \
   template double nrm2<Space>(const DistView<Space>&);                            \
-  template void axpby<Space>(double, const DistView<Space>&, double, const DistView<Space>&);
+  template void axpby<Space>(double, const DistView<Space>&, double, DistView<Space>&);
 KVMAP_FOR_EACH_MEMORY_SPACE(KVMAP_INSTANTIATE_LINALG)
 
 }  // namespace kvmap::linalg

@@ -158,8 +158,9 @@ DistView<M> move_data(const DistView<M>& src, const Layout& target) {
   Impl::LocalBlock dst = Impl::allocate_block<M>(target.lshape(me), itemsize);
   const Box my_src = held(S, me), my_dst = held(target, me);
 
-  if (S.is_replicated()) {
-    // Every rank already holds everything: keep my part, no communication.
+  if (S.is_replicated() || target == S) {
+    // Every rank already holds its part (replicated source, or an unchanged layout): a local
+    // copy into the new DistView's own memory, no communication.
     copy_sub_box(exec, src.block(), my_src, dst, my_dst, my_dst, itemsize);
     exec.fence();
     return DistView<M>::from_parts(target, src.dtype(), comm, std::move(dst));
@@ -275,8 +276,7 @@ DistView<M> DistView<M>::redistribute(const Layout& target) const {
     error = std::current_exception();
   }
   comm_.agree_arguments(error, "DistView::redistribute", "redistribute(" + target.str() + ")");
-  if (target == layout_) return *this;
-  return move_data(*this, target);
+  return move_data(*this, target);  // a new DistView with its own memory, also when unchanged
 }
 
 namespace {
@@ -291,8 +291,7 @@ DistView<M> to_balanced(const DistView<M>& v, std::optional<int> split, const ch
     error = std::current_exception();
   }
   v.comm().agree_arguments(error, site, std::string(site) + "(split=" + split_str(split) + ")");
-  if (*target == v.layout()) return v;
-  return move_data(v, *target);
+  return move_data(v, *target);  // a new DistView with its own memory, also when unchanged
 }
 }  // namespace
 

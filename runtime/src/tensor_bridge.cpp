@@ -81,5 +81,28 @@ LocalBlock block_from_tensor(const at::Tensor& tensor) {
   return block;
 }
 
+namespace {
+MemorySpan span_from(const void* data, c10::IntArrayRef extents, c10::IntArrayRef strides,
+                     std::size_t itemsize) {
+  std::int64_t low = 0, high = 0;  // element offsets of the first and last element
+  for (std::size_t d = 0; d < extents.size(); ++d) {
+    if (extents[d] == 0) return {};
+    (strides[d] < 0 ? low : high) += strides[d] * (extents[d] - 1);
+  }
+  const auto base = reinterpret_cast<std::uintptr_t>(data);
+  return {base + static_cast<std::uintptr_t>(low * static_cast<std::int64_t>(itemsize)),
+          base + static_cast<std::uintptr_t>((high + 1) * static_cast<std::int64_t>(itemsize))};
+}
+}  // namespace
+
+MemorySpan span_of(const LocalBlock& block, std::size_t itemsize) {
+  return span_from(block.data, block.extents, block.strides, itemsize);
+}
+
+MemorySpan span_of(const at::Tensor& tensor) {
+  if (!tensor.defined() || !tensor.has_storage() || tensor.layout() != at::kStrided) return {};
+  return span_from(tensor.data_ptr(), tensor.sizes(), tensor.strides(), tensor.element_size());
+}
+
 }  // namespace Impl
 }  // namespace kvmap

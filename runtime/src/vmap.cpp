@@ -8,6 +8,7 @@
 
 #include <Kokkos_Core.hpp>
 
+#include <atomic>
 #include <mutex>
 #include <sstream>
 
@@ -255,7 +256,8 @@ bool needs_materializing(const at::Tensor& t) {
   return false;
 }
 
-LocalRun run_local(const VmapOptions& options, std::int64_t n_local, const ChunkRunner& runner, Allocate allocate) {
+LocalRun run_local(const VmapOptions& options, std::int64_t n_local, const ChunkRunner& runner, Allocate allocate,
+                   const std::vector<MemorySpan>& unmapped_inputs) {
   LocalRun out;
   const std::int64_t cs = std::min(options.chunk_size().value_or(n_local), n_local);
   const std::int64_t nchunks = (n_local + cs - 1) / cs;
@@ -268,12 +270,20 @@ LocalRun run_local(const VmapOptions& options, std::int64_t n_local, const Chunk
     first = runner.run_first(cs, out.metas);
   }
   if (nchunks == 1) {
-    // Adopted as they are, unless a stride-0 broadcast has to be materialized once.
+    // Adopted as they are, unless a stride-0 broadcast has to be materialized once, or the
+    // output shares memory with an input (f returned it, or a view of it) or with an earlier
+    // output ({t, t}): outputs never alias, whatever the chunking.
+    std::vector<MemorySpan> taken = unmapped_inputs;
+    for (const MappedInput& in : runner.inputs) taken.push_back(span_of(*in.block, size_of(in.dtype)));
     for (at::Tensor& t : first) {
-      if (needs_materializing(t)) {
-        t = t.contiguous();
+      const MemorySpan span = span_of(t);
+      bool shared = false;
+      for (const MemorySpan& other : taken) shared = shared || span.overlaps(other);
+      if (shared || needs_materializing(t)) {
+        t = t.clone(at::MemoryFormat::Contiguous);
         count_bytes_copied(static_cast<std::uint64_t>(t.numel()) * t.element_size());
       }
+      taken.push_back(span_of(t));
     }
     out.outputs = std::move(first);
     return out;
@@ -300,11 +310,15 @@ LocalRun run_local(const VmapOptions& options, std::int64_t n_local, const Chunk
   std::int64_t failed_chunk = nchunks;
   std::exception_ptr error;
   const std::vector<OutputMeta>& expected = out.metas;
+  // After a failure no further chunk starts (only those already in flight finish).
+  std::atomic<bool> failed{false};
   auto body = [&](const std::int64_t c) {
+    if (failed.load()) return;
     try {
       const std::int64_t start = c * cs, len = std::min(cs, n_local - start);
       write(start, runner.run_next(start, len, expected));
     } catch (...) {
+      failed.store(true);
       std::lock_guard<std::mutex> lock(error_mutex);
       if (c < failed_chunk) {
         failed_chunk = c;
@@ -325,7 +339,7 @@ LocalRun run_local(const VmapOptions& options, std::int64_t n_local, const Chunk
   if (in_flight <= 1) {
     // Plain loop: the user function may call Kokkos itself (a dispatch or fence inside a
     // Kokkos policy would wait on that policy's own lock).
-    for (std::int64_t c = 1; c < nchunks; ++c) {
+    for (std::int64_t c = 1; c < nchunks && !failed.load(); ++c) {
       Region region("kvmap::vmap/chunk");
       body(c);
     }
@@ -335,7 +349,7 @@ LocalRun run_local(const VmapOptions& options, std::int64_t n_local, const Chunk
       at::ThreadLocalStateGuard state_guard(caller_state);
       body(c);
     };
-    for (std::int64_t wave = 1; wave < nchunks; wave += in_flight) {
+    for (std::int64_t wave = 1; wave < nchunks && !failed.load(); wave += in_flight) {
       const std::int64_t end = std::min<std::int64_t>(nchunks, wave + in_flight);
       // One chunk per thread (static, chunk size 1): a wave's chunks run at once. Regions are
       // pushed by the calling thread only: Kokkos >= 4 fences every execution space on a
@@ -356,7 +370,7 @@ LocalRun run_local(const VmapOptions& options, std::int64_t n_local, const Chunk
 
 VmapResult run_vmap(const std::vector<MappedInput>& inputs, const VmapOptions& options,
                     const Comm& comm, DeviceSpec device, const BatchedCall& call,
-                    Allocate allocate) {
+                    Allocate allocate, const std::vector<MemorySpan>& unmapped_inputs) {
   Region whole("kvmap::vmap");
   count_vmap_call();
   const int me = comm.rank();
@@ -382,7 +396,7 @@ VmapResult run_vmap(const std::vector<MappedInput>& inputs, const VmapOptions& o
         std::vector<at::Tensor> locals;
         for (const MappedInput& in : inputs) locals.push_back(tensor_from_block(*in.block, in.dtype, device));
         ChunkRunner runner{inputs, locals, options, call, generator, device, lead.offset(me), sample_key};
-        local = run_local(options, n_local, runner, allocate);
+        local = run_local(options, n_local, runner, allocate, unmapped_inputs);
         count_chunks(static_cast<std::uint64_t>(local.chunks));
       }
     } catch (...) {

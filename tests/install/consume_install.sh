@@ -20,22 +20,18 @@ cp -r "$src/examples/particles" "$work/particles"
 cmake -S "$work/particles" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null
 cmake --build "$work/build"
-# A project that points at another Kokkos is stopped with a clear message.
-mkdir -p "$work/other-kokkos"
-if cmake -S "$work/particles" -B "$work/build-other" -G Ninja -DCMAKE_PREFIX_PATH="$work/prefix" \
-     -DKokkos_DIR="$work/other-kokkos" >"$work/other.log" 2>&1; then
-  echo "consume_install: a different Kokkos was accepted"; exit 1
-fi
-grep -q "kvmap was built against Kokkos" "$work/other.log" || { cat "$work/other.log"; exit 1; }
-echo "consume_install: a different Kokkos is refused with a clear message"
-# And one that points at another LibTorch.
-mkdir -p "$work/other-torch"
-if cmake -S "$work/particles" -B "$work/build-other-torch" -G Ninja -DCMAKE_PREFIX_PATH="$work/prefix" \
-     -DTorch_DIR="$work/other-torch" >"$work/other-torch.log" 2>&1; then
-  echo "consume_install: a different LibTorch was accepted"; exit 1
-fi
-grep -q "kvmap was built against LibTorch" "$work/other-torch.log" || { cat "$work/other-torch.log"; exit 1; }
-echo "consume_install: a different LibTorch is refused with a clear message"
+# A project that points at another Kokkos or another LibTorch is stopped with a clear message.
+refused() {  # refused <what> <CMake variable> <expected message>
+  mkdir -p "$work/other-$2"
+  if cmake -S "$work/particles" -B "$work/build-other-$2" -G Ninja -DCMAKE_PREFIX_PATH="$work/prefix" \
+       "-D$2=$work/other-$2" >"$work/other-$2.log" 2>&1; then
+    echo "consume_install: a different $1 was accepted"; exit 1
+  fi
+  grep -q "$3" "$work/other-$2.log" || { cat "$work/other-$2.log"; exit 1; }
+  echo "consume_install: a different $1 is refused with a clear message"
+}
+refused Kokkos Kokkos_DIR "kvmap was built against Kokkos"
+refused LibTorch Torch_DIR "kvmap was built against LibTorch"
 # The exported targets name LibTorch by its imported target, never by a library path of this
 # machine, and carry the C++ standard kvmap was built with.
 targets="$(cat "$work/prefix"/lib*/cmake/kvmap/kvmapTargets.cmake)"

@@ -95,6 +95,7 @@ kvmap::Randomness to_randomness(const std::string& r) {
 py::tuple run_vmap(const py::function& func, const kvmap::VmapOptions& options, const py::args& args,
                    const py::kwargs& kwargs) {
   std::vector<kvmap::Impl::MappedInput> mapped;
+  std::vector<kvmap::Impl::MemorySpan> unmapped;  // what outputs must not share besides `mapped`
   std::vector<int> slot(args.size(), -1);
   std::vector<std::shared_ptr<View>> views;
   for (std::size_t i = 0; i < args.size(); ++i) {
@@ -108,7 +109,12 @@ py::tuple run_vmap(const py::function& func, const kvmap::VmapOptions& options, 
     if (v.split()) {
       slot[i] = static_cast<int>(mapped.size());
       mapped.push_back({&v.block(), v.dtype(), &v.layout(), kvmap::Impl::device_of<Kokkos::HostSpace>()});
+    } else {
+      unmapped.push_back(kvmap::Impl::span_of(v.block(), kvmap::size_of(v.dtype())));
     }
+  }
+  for (auto item : kwargs) {
+    if (THPVariable_Check(item.second.ptr())) unmapped.push_back(kvmap::Impl::span_of(item.second.cast<at::Tensor>()));
   }
   const kvmap::Comm comm = views.empty() ? kvmap::Comm::world() : views.front()->comm();
   kvmap::Impl::BatchedCall call = [&](const std::vector<at::Tensor>& batched) {
@@ -154,7 +160,7 @@ py::tuple run_vmap(const py::function& func, const kvmap::VmapOptions& options, 
     py::gil_scoped_release release;
     try {
       result = kvmap::Impl::run_vmap(mapped, options, comm, kvmap::Impl::device_of<Kokkos::HostSpace>(), call,
-                                     &kvmap::Impl::allocate_block<Kokkos::HostSpace>);
+                                     &kvmap::Impl::allocate_block<Kokkos::HostSpace>, unmapped);
     } catch (...) {
       failure = std::current_exception();
     }

@@ -71,6 +71,10 @@ class DistView {
     static_assert(std::is_same_v<typename KokkosView::memory_space, MemorySpace>,
                   "kvmap::DistView::from_local: the view's memory space must be the "
                   "DistView's MemorySpace");
+    static_assert(!std::is_const_v<typename KokkosView::value_type>,
+                  "kvmap::DistView::from_local: a view of const elements cannot be adopted, since "
+                  "a DistView's memory is writable (local(), redistribution, vmap outputs); pass a "
+                  "view of non-const elements, or copy the data first");
     using T = std::remove_cv_t<typename KokkosView::value_type>;
     return from_local_block(Impl::block_from_view(local), dtype_of<T>(), split, std::move(comm));
   }

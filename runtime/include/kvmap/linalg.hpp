@@ -17,6 +17,6 @@ double nrm2(const DistView<MemorySpace>& x);
 
 // y = a * x + b * y, in place on every rank's shard of y.
 template <class MemorySpace>
-void axpby(double a, const DistView<MemorySpace>& x, double b, const DistView<MemorySpace>& y);
+void axpby(double a, const DistView<MemorySpace>& x, double b, DistView<MemorySpace>& y);
 
 }  // namespace kvmap::linalg

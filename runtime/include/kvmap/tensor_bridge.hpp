@@ -3,6 +3,8 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/ScalarType.h>
 
+#include <cstdint>
+
 #include "kvmap/dtype.hpp"
 #include "kvmap/impl/kokkos_compat.hpp"
 #include "kvmap/impl/local_block.hpp"
@@ -22,6 +24,15 @@ at::Tensor tensor_from_block(const LocalBlock& block, DType dtype, DeviceSpec de
 // A block sharing the tensor's memory; it keeps the tensor alive. TypeError for tensors
 // that are not plain strided tensors with storage (sparse, batched, meta, ...).
 LocalBlock block_from_tensor(const at::Tensor& tensor);
+
+// The bytes an array's elements span, [lo, hi) (lo == hi when empty): what the no-aliasing
+// rule compares. Conservative: two interleaved strided arrays count as overlapping.
+struct MemorySpan {
+  std::uintptr_t lo = 0, hi = 0;
+  bool overlaps(const MemorySpan& o) const { return lo < o.hi && o.lo < hi; }
+};
+MemorySpan span_of(const LocalBlock& block, std::size_t itemsize);
+MemorySpan span_of(const at::Tensor& tensor);
 }  // namespace Impl
 
 // A zero-copy at::Tensor over a Kokkos view (which it keeps alive).

@@ -15,6 +15,7 @@
 
 #include "kvmap/dist_view.hpp"
 #include "kvmap/impl/kokkos_compat.hpp"
+#include "kvmap/tensor_bridge.hpp"
 
 namespace kvmap {
 
@@ -72,9 +73,11 @@ using BatchedCall = std::function<std::vector<at::Tensor>(const std::vector<at::
 using Allocate = LocalBlock (*)(const std::vector<std::int64_t>&, std::size_t);
 
 // The scheduler: validate, agree, run the chunks, agree on the results, assemble.
+// `unmapped_inputs`: the memory of the arguments passed whole (replicated DistViews,
+// tensors), which outputs must not share any more than the mapped inputs' memory.
 VmapResult run_vmap(const std::vector<MappedInput>& inputs, const VmapOptions& options,
                     const Comm& comm, DeviceSpec device, const BatchedCall& call,
-                    Allocate allocate);
+                    Allocate allocate, const std::vector<MemorySpan>& unmapped_inputs);
 
 template <class T>
 struct is_dist_view : std::false_type {};
@@ -158,6 +161,7 @@ class Vmapped {
     using Traits = Impl::output_traits<R>;
 
     std::vector<Impl::MappedInput> mapped;
+    std::vector<Impl::MemorySpan> unmapped;
     std::array<int, sizeof...(Args)> slot{};  // index into the batched inputs, or -1
     std::optional<Comm> comm;
     std::size_t i = 0;
@@ -170,7 +174,11 @@ class Vmapped {
           slot[i] = static_cast<int>(mapped.size());
           mapped.push_back({&a.block(), a.dtype(), &a.layout(),
                             Impl::device_of<typename A::memory_space>()});
+        } else {
+          unmapped.push_back(Impl::span_of(a.block(), size_of(a.dtype())));
         }
+      } else if constexpr (std::is_same_v<A, at::Tensor>) {
+        unmapped.push_back(Impl::span_of(a));
       }
       ++i;
     };
@@ -182,7 +190,7 @@ class Vmapped {
       return call_with(args_ref, slot, batched, std::index_sequence_for<Args...>{});
     };
     Impl::VmapResult result =
-        Impl::run_vmap(mapped, options_, *comm, Impl::device_of<M>(), call, &Impl::allocate_block<M>);
+        Impl::run_vmap(mapped, options_, *comm, Impl::device_of<M>(), call, &Impl::allocate_block<M>, unmapped);
     std::vector<DistView<M>> outputs;
     outputs.reserve(result.blocks.size());
     for (std::size_t k = 0; k < result.blocks.size(); ++k) {
