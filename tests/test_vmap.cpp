@@ -602,6 +602,22 @@ TEST_CASE("errors are raised on every rank with clear messages") {
       if (me == odd) CHECK(calls.load() <= (conc == 1 ? 2 : 3));
     }
   }
+  SUBCASE("ranks pass different arrays") {
+    if (P > 1) {
+      // Invalid on one rank only (batch lengths differ there): agreed, nothing hangs.
+      auto longer = View::zeros({4 * P, 2}, DType::Float32, 0);
+      expect_collective_error<kvmap::ValueError>(
+          [&] { kvmap::vmap([](const at::Tensor& a, const at::Tensor&) { return a; })(x, me == odd ? longer : x); },
+          {odd}, "same batch length");
+      // Valid on every rank, but not the same arrays: the agreed signature holds the layouts.
+      auto wider = View::zeros({2 * P, 4}, DType::Float32, 0);
+      expect_collective_error<kvmap::ValueError>(
+          [&] { kvmap::vmap([](const at::Tensor& a) { return a; })(me == odd ? wider : x); },
+          {odd}, "needs the same arguments on every rank");
+      // The communicator is still usable.
+      CHECK(at::equal(kvmap::vmap([](const at::Tensor& a) { return a + 1; })(x).allgather(), x.allgather() + 1));
+    }
+  }
   SUBCASE("options differ between ranks") {
     if (P > 1) {
       expect_collective_error<kvmap::ValueError>(

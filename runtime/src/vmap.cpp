@@ -377,9 +377,22 @@ VmapResult run_vmap(const std::vector<MappedInput>& inputs, const VmapOptions& o
   std::int64_t batch = 0;
   const StreamState stream = next_stream(comm);
   {
+    // Ranks may pass different arrays: a failed check is agreed like any other, and the
+    // signature carries the mapped inputs' layouts, so no rank runs f on arguments the others
+    // did not pass.
     Region region("kvmap::vmap/validate");
-    batch = validate_inputs(inputs);
-    comm.agree_arguments(nullptr, "kvmap::vmap", options_signature(options, stream));
+    std::exception_ptr invalid;
+    try {
+      batch = validate_inputs(inputs);
+    } catch (...) {
+      invalid = std::current_exception();
+    }
+    std::string signature = options_signature(options, stream);
+    for (const MappedInput& in : inputs) {
+      signature += " ";
+      signature += in.layout->str();
+    }
+    comm.agree_arguments(invalid, "kvmap::vmap", signature);
   }
   const Layout& lead = *inputs[0].layout;
   const std::vector<std::int64_t>& counts = lead.counts();
