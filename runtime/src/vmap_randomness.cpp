@@ -1,5 +1,8 @@
 #include "kvmap/impl/vmap_randomness.hpp"
 
+#include <sstream>
+#include <vector>
+
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
@@ -80,12 +83,18 @@ GeneratorScope::GeneratorScope(Randomness mode, const Comm& comm, DeviceSpec dev
   std::lock_guard<std::mutex> lock(generator_.mutex());
   at::Tensor state = generator_.get_state();
   if (mode_ == Randomness::Same) {
-    std::uint64_t nbytes = static_cast<std::uint64_t>(state.numel() * state.element_size());
-    std::uint64_t root_bytes = nbytes;
-    comm.bcast_bytes(&root_bytes, sizeof root_bytes, 0);
-    KVMAP_CHECK(root_bytes == nbytes, Error,
-                "kvmap::vmap: torch generator states differ in size between rank 0 and rank "
-                    << comm.rank() << " (different LibTorch builds?)");
+    const std::uint64_t nbytes = static_cast<std::uint64_t>(state.numel() * state.element_size());
+    // Every rank sees every size, so all ranks throw alike or none does: never one rank in
+    // the broadcast below while another has left.
+    const std::vector<std::uint64_t> sizes = comm.agree_gather(nullptr, nbytes);
+    std::ostringstream differing;
+    for (std::size_t r = 1; r < sizes.size(); ++r) {
+      if (sizes[r] != sizes[0]) differing << " rank " << r << ": " << sizes[r] << " bytes;";
+    }
+    KVMAP_CHECK(differing.str().empty(), Error,
+                "kvmap::vmap: torch generator states differ in size between ranks (different "
+                "LibTorch builds?): rank 0: "
+                    << sizes[0] << " bytes;" << differing.str());
     state = state.contiguous().clone();
     comm.bcast_bytes(state.data_ptr(), nbytes, 0);
     generator_.set_state(state);
