@@ -7,8 +7,8 @@
 #     of the same torch, and kvmap links the imported target `torch` only, so no absolute
 #     system library path reaches the exported targets;
 #   - a CUDA-built torch (the PyPI wheel) configures and links on a machine without a GPU:
-#     CUDA code stays C++17 (torch copies the C++ standard to CUDA, which CMake < 3.26
-#     rejects for 20 with nvcc), and the linker resolves libtorch_cuda's dependencies in the
+#     CUDA code stays C++17 (torch copies the C++ standard to CUDA; CMake 3.25 with nvcc 13
+#     rejects "CUDA20"), and the linker resolves libtorch_cuda's dependencies in the
 #     wheel's nvidia/*/lib before older copies of the system's CUDA toolkit.
 # Sets KVMAP_TORCH_LIBDIR (the directory of libtorch) and KVMAP_TORCH_CXX_STANDARD (the
 # C++ standard the ATen headers require, at least 17).
