@@ -13,6 +13,7 @@
 #endif
 
 #include "kvmap/error.hpp"
+#include "kvmap/impl/fault_injection.hpp"
 #include "kvmap/impl/kokkos_compat.hpp"
 #include "kvmap/impl/local_block.hpp"
 #include "kvmap/layout.hpp"
@@ -128,6 +129,7 @@ LocalBlock allocate_block(const std::vector<std::int64_t>& extents, std::size_t 
               "kvmap: an array of shape " << to_string(extents) << " and " << itemsize
                                           << "-byte elements needs more bytes than size_t counts");
   const std::size_t bytes = static_cast<std::size_t>(numel) * itemsize;
+  if (bytes > 0) fault_point("allocate", FaultPhase::Plan, -1);
   std::shared_ptr<TrackedAllocation<MemorySpace>> owner;
   if (bytes >= kCachedMinimum && bytes <= std::numeric_limits<std::size_t>::max() - kHugePage) {
     const std::size_t capacity = (bytes + kHugePage - 1) / kHugePage * kHugePage;

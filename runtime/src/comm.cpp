@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
 #include <mutex>
 
 #include "kvmap/stats.hpp"
@@ -54,28 +57,76 @@ bool fits(std::size_t n) { return n <= g_count_limit.load(); }
 
 }  // namespace
 
+// One duplicate per user communicator, shared by every Comm made of it: found again through
+// an MPI attribute on the user's communicator, so making a Comm of a communicator kvmap
+// already knows is local (no MPI_Comm_dup per call, as from Python), and its stream counter
+// (next_sequence) is the user communicator's. Duplicates are freed together, by increasing
+// id (the same order on every rank), in release_cached_comms() before MPI_Finalize: never
+// when a Comm is destroyed, since garbage collection (Python's) destroys them at different
+// times on different ranks. The user may free their communicator at any time after making a
+// Comm of it; the duplicate stays usable.
 struct Comm::Handle {
   MPI_Comm comm = MPI_COMM_NULL;
+  std::uint64_t id = 0;  // the same on every rank of the communicator, unique in the process
   std::mutex sequence_mutex;
   std::uint64_t sequence_epoch = 0;
   std::uint64_t sequence = 0;
-  explicit Handle(MPI_Comm parent) {
-    require_mpi();
-    check_mpi(MPI_Comm_dup(parent, &comm), "MPI_Comm_dup");
-  }
-  ~Handle() {
-    int finalized = 0;
-    MPI_Finalized(&finalized);
-    if (!finalized && comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
-  }
+  Handle() = default;
   Handle(const Handle&) = delete;
   Handle& operator=(const Handle&) = delete;
 };
 
 namespace {
-std::mutex g_cache_mutex;
-std::shared_ptr<void> g_world, g_self;
+
+std::mutex g_registry_mutex;
+int g_keyval = MPI_KEYVAL_INVALID;
+std::uint64_t g_last_id = 0;
+std::map<std::uint64_t, std::shared_ptr<Comm::Handle>> g_registry;
+
+// Frees the duplicate (collective over it); later calls on copies of the Comm throw.
+void free_duplicate(const std::shared_ptr<Comm::Handle>& handle) {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized && handle->comm != MPI_COMM_NULL) MPI_Comm_free(&handle->comm);
+  handle->comm = MPI_COMM_NULL;
+}
+
 }  // namespace
+
+std::shared_ptr<Comm::Handle> Comm::handle_for(MPI_Comm user) {
+  require_mpi();
+  KVMAP_CHECK(user != MPI_COMM_NULL, ValueError, "kvmap::Comm: MPI_COMM_NULL is not a communicator");
+  {
+    std::lock_guard<std::mutex> lock(g_registry_mutex);
+    if (g_keyval == MPI_KEYVAL_INVALID) {
+      check_mpi(MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, MPI_COMM_NULL_DELETE_FN, &g_keyval, nullptr),
+                "MPI_Comm_create_keyval");
+    }
+    void* value = nullptr;
+    int found = 0;
+    check_mpi(MPI_Comm_get_attr(user, g_keyval, &value, &found), "MPI_Comm_get_attr");
+    if (found) {
+      auto it = g_registry.find(static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(value)));
+      if (it != g_registry.end()) return it->second;
+    }
+  }
+  // New to kvmap: duplicate it (collective) and agree on an id no rank has used yet.
+  auto h = std::make_shared<Handle>();
+  check_mpi(MPI_Comm_dup(user, &h->comm), "MPI_Comm_dup");
+  std::uint64_t id = 0;
+  {
+    std::lock_guard<std::mutex> lock(g_registry_mutex);
+    id = g_last_id + 1;
+  }
+  check_mpi(MPI_Allreduce(MPI_IN_PLACE, &id, 1, MPI_UINT64_T, MPI_MAX, h->comm), "MPI_Allreduce");
+  h->id = id;
+  std::lock_guard<std::mutex> lock(g_registry_mutex);
+  g_last_id = std::max(g_last_id, id);
+  g_registry[id] = h;
+  check_mpi(MPI_Comm_set_attr(user, g_keyval, reinterpret_cast<void*>(static_cast<std::uintptr_t>(id))),
+            "MPI_Comm_set_attr");
+  return h;
+}
 
 Comm::Comm(std::shared_ptr<Handle> handle) : handle_(std::move(handle)) {
   MPI_Comm_rank(handle_->comm, &rank_);
@@ -84,21 +135,20 @@ Comm::Comm(std::shared_ptr<Handle> handle) : handle_(std::move(handle)) {
 
 Comm::Comm() : Comm(world()) {}
 
-Comm::Comm(MPI_Comm comm) : Comm(std::make_shared<Handle>(comm)) {}
+Comm::Comm(MPI_Comm comm) : Comm(handle_for(comm)) {}
 
-Comm Comm::world() {
-  std::lock_guard<std::mutex> lock(g_cache_mutex);
-  if (!g_world) g_world = std::make_shared<Handle>(MPI_COMM_WORLD);
-  return Comm(std::static_pointer_cast<Handle>(g_world));
+Comm Comm::world() { return Comm(MPI_COMM_WORLD); }
+
+Comm Comm::self() { return Comm(MPI_COMM_SELF); }
+
+MPI_Comm Comm::raw() const {
+  KVMAP_CHECK(handle_->comm != MPI_COMM_NULL, Error,
+              "kvmap::Comm: the communicator was freed (its MPI communicator was freed, or MPI "
+              "is finalizing)");
+  return handle_->comm;
 }
 
-Comm Comm::self() {
-  std::lock_guard<std::mutex> lock(g_cache_mutex);
-  if (!g_self) g_self = std::make_shared<Handle>(MPI_COMM_SELF);
-  return Comm(std::static_pointer_cast<Handle>(g_self));
-}
-
-MPI_Comm Comm::raw() const { return handle_->comm; }
+std::uint64_t Comm::id() const { return handle_->id; }
 
 Comm Comm::from_fortran(std::int64_t handle) {
   return Comm(MPI_Comm_f2c(static_cast<MPI_Fint>(handle)));
@@ -115,14 +165,14 @@ std::uint64_t Comm::next_sequence(std::uint64_t epoch) const {
 
 void Comm::barrier() const {
   Impl::count_collective();
-  check_mpi(MPI_Barrier(handle_->comm), "MPI_Barrier");
+  check_mpi(MPI_Barrier(raw()), "MPI_Barrier");
 }
 
 void Comm::allgather_bytes(const void* mine, std::size_t nbytes, void* all) const {
   Impl::count_collective();
   if (fits(nbytes * static_cast<std::size_t>(size_))) {
     check_mpi(MPI_Allgather(mine, static_cast<int>(nbytes), MPI_BYTE, all, static_cast<int>(nbytes),
-                            MPI_BYTE, handle_->comm),
+                            MPI_BYTE, raw()),
               "MPI_Allgather");
     return;
   }
@@ -155,7 +205,7 @@ void Comm::bcast_bytes(void* data, std::size_t nbytes, int root) const {
   std::size_t done = 0;
   do {
     const std::size_t piece = std::min(limit, nbytes - done);
-    check_mpi(MPI_Bcast(p + done, static_cast<int>(piece), MPI_BYTE, root, handle_->comm),
+    check_mpi(MPI_Bcast(p + done, static_cast<int>(piece), MPI_BYTE, root, raw()),
               "MPI_Bcast");
     done += piece;
   } while (done < nbytes);
@@ -181,13 +231,13 @@ void allreduce_in_pieces(MPI_Comm comm, void* data, std::size_t n, DType dtype, 
 
 void Comm::allreduce_sum(void* data, std::size_t n, DType dtype) const {
   Impl::count_collective();
-  allreduce_in_pieces(handle_->comm, data, n, dtype, MPI_SUM);
+  allreduce_in_pieces(raw(), data, n, dtype, MPI_SUM);
 }
 
 void Comm::allreduce_max(void* data, std::size_t n, DType dtype) const {
   Impl::count_collective();
   KVMAP_CHECK(!is_complex(dtype), TypeError, "kvmap: max-reduction of complex values");
-  allreduce_in_pieces(handle_->comm, data, n, dtype, MPI_MAX);
+  allreduce_in_pieces(raw(), data, n, dtype, MPI_MAX);
 }
 
 namespace {
@@ -247,11 +297,11 @@ void Comm::alltoallv_bytes(const void* send, const std::vector<std::size_t>& sen
     const auto sc = to_int(send_counts), sd = to_int(send_displs), rc = to_int(recv_counts),
                rd = to_int(recv_displs);
     check_mpi(MPI_Alltoallv(send, sc.data(), sd.data(), MPI_BYTE, recv, rc.data(), rd.data(),
-                            MPI_BYTE, handle_->comm),
+                            MPI_BYTE, raw()),
               "MPI_Alltoallv");
     return;
   }
-  exchange_in_pieces(handle_->comm, rank_, size_, static_cast<const unsigned char*>(send),
+  exchange_in_pieces(raw(), rank_, size_, static_cast<const unsigned char*>(send),
                      send_counts, send_displs, static_cast<unsigned char*>(recv), recv_counts,
                      recv_displs);
 }
@@ -271,12 +321,12 @@ void Comm::allgatherv_bytes(const void* send, std::size_t send_count, void* recv
   if (fits(global_max)) {
     const auto c = to_int(counts), d = to_int(displs);
     check_mpi(MPI_Allgatherv(send, static_cast<int>(send_count), MPI_BYTE, recv, c.data(),
-                             d.data(), MPI_BYTE, handle_->comm),
+                             d.data(), MPI_BYTE, raw()),
               "MPI_Allgatherv");
     return;
   }
   std::vector<std::size_t> send_counts(n, send_count), send_displs(n, 0);
-  exchange_in_pieces(handle_->comm, rank_, size_, static_cast<const unsigned char*>(send),
+  exchange_in_pieces(raw(), rank_, size_, static_cast<const unsigned char*>(send),
                      send_counts, send_displs, static_cast<unsigned char*>(recv), counts, displs);
 }
 
@@ -325,34 +375,11 @@ std::vector<unsigned char> Comm::agree_gather_bytes(std::exception_ptr local_err
   return payloads;
 }
 
-namespace {
-std::uint64_t fnv1a(const std::string& text) {
-  std::uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : text) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
-}  // namespace
-
-void Comm::agree_arguments(std::exception_ptr local_error, const std::string& what,
-                           const std::string& signature) const {
-  const std::vector<std::uint64_t> hashes = agree_gather(local_error, fnv1a(signature));
-  std::vector<int> differing;
-  for (int r = 1; r < size_; ++r) {
-    if (hashes[r] != hashes[0]) differing.push_back(r);
-  }
-  if (differing.empty()) return;
-  // Failure path only: every rank learns what the others passed.
-  const std::vector<std::string> all = allgather_strings(signature);
-  std::vector<std::string> messages;
-  for (int r : differing) {
-    messages.push_back("kvmap: " + what + " is collective and needs the same arguments on every "
-                       "rank, but rank " + std::to_string(r) + " called " + all[r] +
-                       " while rank 0 called " + all[0]);
-  }
-  raise_detected<ValueError>(differing, messages);
+void Comm::abort(const std::string& message) const {
+  std::fprintf(stderr, "%s\n", message.c_str());
+  std::fflush(stderr);
+  MPI_Abort(handle_->comm != MPI_COMM_NULL ? handle_->comm : MPI_COMM_WORLD, 70);
+  std::abort();
 }
 
 void Comm::throw_remote(const std::vector<int>& failed, const std::string& first) const {
@@ -393,9 +420,13 @@ void finalize_mpi() {
 }
 
 void release_cached_comms() {
-  std::lock_guard<std::mutex> lock(g_cache_mutex);
-  g_world.reset();
-  g_self.reset();
+  // By increasing id: the same order on every rank.
+  std::map<std::uint64_t, std::shared_ptr<Comm::Handle>> all;
+  {
+    std::lock_guard<std::mutex> lock(g_registry_mutex);
+    all.swap(g_registry);
+  }
+  for (auto& [id, handle] : all) free_duplicate(handle);
 }
 }  // namespace Impl
 

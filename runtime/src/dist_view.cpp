@@ -2,12 +2,14 @@
 
 #include <ATen/ATen.h>
 
+#include <limits>
 #include <sstream>
 
 #include "kvmap/error.hpp"
-#include "kvmap/impl/fault_injection.hpp"
 #include "kvmap/stats.hpp"
 #include "kvmap/tensor_bridge.hpp"
+
+#include "collective.hpp"
 
 namespace kvmap {
 
@@ -49,63 +51,58 @@ void check_local_view(DType have, DType want, const LocalBlock& block, int rank,
   }
 }
 
-std::string split_str(std::optional<int> split) {
-  return split ? std::to_string(*split) : std::string("None");
-}
-
 }  // namespace Impl
 
 template <class M>
-DistView<M> DistView<M>::create(const char* what, Shape gshape, DType dtype,
+DistView<M> DistView<M>::create(const char* site, Shape gshape, DType dtype,
                                 std::optional<int> split, Comm comm, int fill, double value) {
-  std::ostringstream sig;
-  sig << what << "(gshape=" << to_string(gshape) << ", dtype=" << static_cast<int>(dtype)
-      << ", split=" << Impl::split_str(split);
-  if (fill == 2) sig << ", value=" << value;
-  sig << ")";
-  std::exception_ptr error;
-  std::optional<Layout> layout;
-  Impl::LocalBlock block;
-  try {
-    Impl::fault_point((std::string("DistView::") + what).c_str(), comm.rank());
-    dtype_from_int(static_cast<int>(dtype));
-    layout = Layout::balanced(gshape, split, comm.size());
-    block = Impl::allocate_block<M>(layout->lshape(comm.rank()), size_of(dtype));
-    if (fill != 0) {
-      at::Tensor t = Impl::tensor_from_block(block, dtype, Impl::device_of<M>());
-      if (fill == 1) t.zero_();
-      if (fill == 2) t.fill_(value);
-      if (fill == 3) {
-        const std::int64_t off = layout->is_replicated() ? 0 : layout->offset(comm.rank());
-        at::arange_out(t, off, off + t.numel(), 1);
-      }
-    }
-  } catch (...) {
-    error = std::current_exception();
-  }
-  comm.agree_arguments(error, std::string("DistView::") + what, sig.str());
-  return DistView(std::move(*layout), dtype, std::move(comm), std::move(block));
+  struct Plan {
+    Layout layout;
+    Impl::LocalBlock block;
+  };
+  return Impl::collective(
+      site, comm,
+      [&](Impl::Signature& sig, Impl::NoPayload&) {
+        sig.arg("gshape", gshape).arg("dtype", static_cast<int>(dtype)).arg("split", split);
+        if (fill == 2) sig.arg("value", value);
+        dtype_from_int(static_cast<int>(dtype));
+        Layout layout = Layout::balanced(gshape, split, comm.size());
+        Impl::LocalBlock block = Impl::allocate_block<M>(layout.lshape(comm.rank()), size_of(dtype));
+        if (fill != 0) {
+          at::Tensor t = Impl::tensor_from_block(block, dtype, Impl::device_of<M>());
+          if (fill == 1) t.zero_();
+          if (fill == 2) t.fill_(value);
+          if (fill == 3) {
+            const std::int64_t off = layout.is_replicated() ? 0 : layout.offset(comm.rank());
+            at::arange_out(t, off, off + t.numel(), 1);
+          }
+        }
+        return Plan{std::move(layout), std::move(block)};
+      },
+      [&](Plan& plan, const std::vector<Impl::NoPayload>&) {
+        return DistView(std::move(plan.layout), dtype, comm, std::move(plan.block));
+      });
 }
 
 template <class M>
 DistView<M> DistView<M>::empty(Shape gshape, DType dtype, std::optional<int> split, Comm comm) {
-  return create("empty", std::move(gshape), dtype, split, std::move(comm), 0, 0.0);
+  return create("DistView::empty", std::move(gshape), dtype, split, std::move(comm), 0, 0.0);
 }
 
 template <class M>
 DistView<M> DistView<M>::zeros(Shape gshape, DType dtype, std::optional<int> split, Comm comm) {
-  return create("zeros", std::move(gshape), dtype, split, std::move(comm), 1, 0.0);
+  return create("DistView::zeros", std::move(gshape), dtype, split, std::move(comm), 1, 0.0);
 }
 
 template <class M>
 DistView<M> DistView<M>::full(Shape gshape, double value, DType dtype, std::optional<int> split,
                               Comm comm) {
-  return create("full", std::move(gshape), dtype, split, std::move(comm), 2, value);
+  return create("DistView::full", std::move(gshape), dtype, split, std::move(comm), 2, value);
 }
 
 template <class M>
 DistView<M> DistView<M>::arange(std::int64_t n, DType dtype, std::optional<int> split, Comm comm) {
-  return create("arange", Shape{n}, dtype, split, std::move(comm), 3, 0.0);
+  return create("DistView::arange", Shape{n}, dtype, split, std::move(comm), 3, 0.0);
 }
 
 namespace {
@@ -125,34 +122,9 @@ std::string describe(const LocalMeta& m) {
      << (m.dtype >= 0 && m.dtype < kNumDTypes ? name(static_cast<DType>(m.dtype)) : "?");
   return os.str();
 }
-}  // namespace
 
-template <class M>
-DistView<M> DistView<M>::from_local_block(Impl::LocalBlock block, DType dtype,
-                                          std::optional<int> split, Comm comm,
-                                          std::exception_ptr error) {
-  LocalMeta meta;
-  std::memset(&meta, 0, sizeof meta);
-  const int ndim = static_cast<int>(block.extents.size());
-  if (!error) {
-    try {
-      Impl::fault_point("DistView::from_local", comm.rank());
-      Impl::checked_span_bytes(block.extents, block.strides, size_of(dtype));
-      KVMAP_CHECK(!split || ndim > 0, ValueError,
-                  "kvmap::DistView::from_local: a 0-dimensional array cannot be split (split="
-                      << *split << "); pass split=std::nullopt");
-      if (split) meta.split = Impl::normalize_axis(*split, ndim, "split axis");
-    } catch (...) {
-      error = std::current_exception();
-    }
-  }
-  meta.split_given = split ? 1 : 0;
-  meta.ndim = ndim;
-  meta.dtype = static_cast<std::int32_t>(dtype);
-  for (int d = 0; d < std::min(ndim, Impl::kMaxRank); ++d) meta.extents[d] = block.extents[d];
-  const std::vector<LocalMeta> all = comm.agree_gather(error, meta);
-
-  // Every rank runs the same checks on the same gathered data and reaches the same verdict.
+// Every rank runs the same checks on the same gathered data and reaches the same verdict.
+void check_local_metas(const Comm& comm, const std::vector<LocalMeta>& all) {
   const LocalMeta& ref = all[0];
   std::vector<int> bad;
   std::vector<std::string> messages;
@@ -181,45 +153,77 @@ DistView<M> DistView<M>::from_local_block(Impl::LocalBlock block, DType dtype,
       messages.push_back("kvmap::DistView::from_local: " + why.str());
     }
   }
+  if (ref.split_given && bad.empty()) {
+    std::int64_t total = 0;
+    for (int r = 0; r < comm.size(); ++r) {
+      if (all[r].extents[ref.split] > std::numeric_limits<std::int64_t>::max() - total) {
+        bad.push_back(r);
+        messages.push_back("kvmap::DistView::from_local: the split extents sum beyond int64");
+        break;
+      }
+      total += all[r].extents[ref.split];
+    }
+  }
   if (!bad.empty()) comm.raise_detected<ValueError>(bad, messages);
+}
+}  // namespace
 
-  Shape gshape(ref.extents, ref.extents + ref.ndim);
-  if (!split) {
-    Layout layout = Layout::replicated(gshape, comm.size());
-    return DistView(std::move(layout), dtype, std::move(comm), std::move(block));
-  }
-  std::vector<std::int64_t> counts(comm.size());
-  std::int64_t total = 0;
-  for (int r = 0; r < comm.size(); ++r) {
-    counts[r] = all[r].extents[ref.split];
-    KVMAP_CHECK(counts[r] <= std::numeric_limits<std::int64_t>::max() - total, ValueError,
-                "kvmap::DistView::from_local: the split extents sum beyond int64");
-    total += counts[r];
-  }
-  gshape[ref.split] = total;
-  Layout layout = Layout::from_counts(std::move(gshape), ref.split, std::move(counts));
-  return DistView(std::move(layout), dtype, std::move(comm), std::move(block));
+template <class M>
+DistView<M> DistView<M>::from_local_source(const LocalSource& source, std::optional<int> split,
+                                           Comm comm) {
+  struct Plan {
+    Impl::LocalBlock block;
+    DType dtype;
+  };
+  Impl::Collective<LocalMeta> call("DistView::from_local", comm);
+  std::optional<Plan> plan = call.plan([&](Impl::Signature&, LocalMeta& meta) {
+    DType dtype = DType::Float32;
+    Impl::LocalBlock block = source(dtype);
+    const int ndim = static_cast<int>(block.extents.size());
+    Impl::checked_span_bytes(block.extents, block.strides, size_of(dtype));
+    KVMAP_CHECK(!split || ndim > 0, ValueError,
+                "kvmap::DistView::from_local: a 0-dimensional array cannot be split (split="
+                    << *split << "); pass split=std::nullopt");
+    meta.split_given = split ? 1 : 0;
+    if (split) meta.split = Impl::normalize_axis(*split, ndim, "split axis");
+    meta.ndim = ndim;
+    meta.dtype = static_cast<std::int32_t>(dtype);
+    for (int d = 0; d < ndim; ++d) meta.extents[d] = block.extents[d];
+    return Plan{std::move(block), dtype};
+  });
+  const std::vector<LocalMeta> all = call.agree();
+  check_local_metas(comm, all);
+  return call.execute([&] {
+    const LocalMeta& ref = all[0];
+    Shape gshape(ref.extents, ref.extents + ref.ndim);
+    if (!ref.split_given) {
+      return DistView(Layout::replicated(gshape, comm.size()), plan->dtype, comm, std::move(plan->block));
+    }
+    std::vector<std::int64_t> counts(comm.size());
+    std::int64_t total = 0;
+    for (int r = 0; r < comm.size(); ++r) total += counts[r] = all[r].extents[ref.split];
+    gshape[ref.split] = total;
+    Layout layout = Layout::from_counts(std::move(gshape), ref.split, std::move(counts));
+    return DistView(std::move(layout), plan->dtype, comm, std::move(plan->block));
+  });
 }
 
 template <class M>
 DistView<M> DistView<M>::from_local(const at::Tensor& local, std::optional<int> split, Comm comm) {
-  std::exception_ptr error;
-  Impl::LocalBlock block;
-  DType dtype = DType::Float32;
-  try {
-    block = Impl::block_from_tensor(local);
-    dtype = from_torch(local.scalar_type());
-    const Impl::DeviceSpec want = Impl::device_of<M>(), have = Impl::device_spec_of(local);
-    KVMAP_CHECK(want.kind == have.kind && (want.kind == Impl::DeviceKind::CPU || want.index == have.index),
-                TypeError,
-                "kvmap::DistView::from_local: the tensor is on " << local.device()
-                                                                 << " but this DistView's memory "
-                                                                 << "space maps to "
-                                                                 << Impl::torch_device(want));
-  } catch (...) {
-    error = std::current_exception();
-  }
-  return from_local_block(std::move(block), dtype, split, std::move(comm), error);
+  return from_local_source(
+      [&local](DType& dtype) {
+        Impl::LocalBlock block = Impl::block_from_tensor(local);
+        dtype = from_torch(local.scalar_type());
+        const Impl::DeviceSpec want = Impl::device_of<M>(), have = Impl::device_spec_of(local);
+        KVMAP_CHECK(want.kind == have.kind && (want.kind == Impl::DeviceKind::CPU || want.index == have.index),
+                    TypeError,
+                    "kvmap::DistView::from_local: the tensor is on " << local.device()
+                                                                     << " but this DistView's memory "
+                                                                     << "space maps to "
+                                                                     << Impl::torch_device(want));
+        return block;
+      },
+      split, std::move(comm));
 }
 
 template <class M>

@@ -8,7 +8,8 @@
 #include <limits>
 
 #include "kvmap/error.hpp"
-#include "kvmap/impl/fault_injection.hpp"
+
+#include "collective.hpp"
 
 namespace kvmap::linalg {
 
@@ -41,6 +42,14 @@ void check_pair(const DistView<M>& x, const DistView<M>& y, const char* what) {
   KVMAP_CHECK(x.dtype() == y.dtype(), TypeError,
               "kvmap::linalg::" << what << ": x is " << name(x.dtype()) << " but y is "
                                 << name(y.dtype()));
+  KVMAP_CHECK(x.comm().id() == y.comm().id(), ValueError,
+              "kvmap::linalg::" << what << ": x and y live on different communicators");
+}
+
+// What every rank must pass alike: the operands' layouts, dtypes and communicators.
+template <class M>
+void describe(Impl::Signature& sig, const DistView<M>& x, const char* name) {
+  sig.arg(name, x.layout()).arg("dtype", x.dtype()).arg("comm", x.comm());
 }
 
 // The shard as a 1-d unmanaged Kokkos view over all its elements.
@@ -89,8 +98,7 @@ ScaledSsq local_scaled_ssq(const DistView<M>& x) {
   return part;
 }
 
-double global_sum_in_rank_order(const Comm& comm, std::exception_ptr error, double partial) {
-  const std::vector<double> parts = comm.agree_gather(error, partial);
+double sum_in_rank_order(const std::vector<double>& parts) {
   double total = 0.0;
   for (double p : parts) total += p;
   return total;
@@ -98,64 +106,71 @@ double global_sum_in_rank_order(const Comm& comm, std::exception_ptr error, doub
 
 }  // namespace
 
+// dot and nrm2 compute their local part in the plan (a local reduction, nothing shared is
+// changed) and the agreement carries it: one collective per call.
 template <class M>
 double dot(const DistView<M>& x, const DistView<M>& y) {
-  std::exception_ptr error;
-  double partial = 0.0;
-  try {
-    Impl::fault_point("linalg::dot", x.comm().rank());
-    check_pair(x, y, "dot");
-    if (x.dtype() == DType::Float64) {
-      partial = KokkosBlas::dot(flat<double>(x), flat<double>(y));
-    } else {
-      partial = static_cast<double>(KokkosBlas::dot(flat<float>(x), flat<float>(y)));
-    }
-  } catch (...) {
-    error = std::current_exception();
-  }
-  return global_sum_in_rank_order(x.comm(), error, partial);
+  return Impl::collective<double>(
+      "linalg::dot", x.comm(),
+      [&](Impl::Signature& sig, double& partial) {
+        describe(sig, x, "x");
+        describe(sig, y, "y");
+        check_pair(x, y, "dot");
+        if (x.dtype() == DType::Float64) {
+          partial = KokkosBlas::dot(flat<double>(x), flat<double>(y));
+        } else {
+          partial = static_cast<double>(KokkosBlas::dot(flat<float>(x), flat<float>(y)));
+        }
+        return true;
+      },
+      [](bool, const std::vector<double>& parts) { return sum_in_rank_order(parts); });
 }
 
 template <class M>
 double nrm2(const DistView<M>& x) {
-  std::exception_ptr error;
-  ScaledSsq partial;
-  try {
-    Impl::fault_point("linalg::nrm2", x.comm().rank());
-    check_operand(x, "nrm2", "x");
-    partial = x.dtype() == DType::Float64 ? local_scaled_ssq<double>(x) : local_scaled_ssq<float>(x);
-  } catch (...) {
-    error = std::current_exception();
-  }
-  // Combined in rank order, rescaled to the largest scale: the same result on every rank.
-  const std::vector<ScaledSsq> parts = x.comm().agree_gather(error, partial);
-  double scale = 0.0;
-  for (const ScaledSsq& p : parts) scale = std::max(scale, p.scale);
-  double ssq = 0.0;
-  for (const ScaledSsq& p : parts) {
-    const double r = scale > 0.0 ? p.scale / scale : 1.0;
-    ssq += p.ssq * r * r;
-  }
-  if (scale == 0.0) return std::sqrt(ssq);  // all zero (or NaN)
-  return scale * std::sqrt(ssq);
+  return Impl::collective<ScaledSsq>(
+      "linalg::nrm2", x.comm(),
+      [&](Impl::Signature& sig, ScaledSsq& partial) {
+        describe(sig, x, "x");
+        check_operand(x, "nrm2", "x");
+        partial = x.dtype() == DType::Float64 ? local_scaled_ssq<double>(x) : local_scaled_ssq<float>(x);
+        return true;
+      },
+      [](bool, const std::vector<ScaledSsq>& parts) {
+        // Combined in rank order, rescaled to the largest scale: the same result on every rank.
+        double scale = 0.0;
+        for (const ScaledSsq& p : parts) scale = std::max(scale, p.scale);
+        double ssq = 0.0;
+        for (const ScaledSsq& p : parts) {
+          const double r = scale > 0.0 ? p.scale / scale : 1.0;
+          ssq += p.ssq * r * r;
+        }
+        if (scale == 0.0) return std::sqrt(ssq);  // all zero (or NaN)
+        return scale * std::sqrt(ssq);
+      });
 }
 
+// y is written only after every rank's checks passed.
 template <class M>
 void axpby(double a, const DistView<M>& x, double b, DistView<M>& y) {
-  std::exception_ptr error;
-  try {
-    Impl::fault_point("linalg::axpby", x.comm().rank());
-    check_pair(x, y, "axpby");
-    if (x.dtype() == DType::Float64) {
-      KokkosBlas::axpby(a, flat<double>(x), b, flat<double>(y));
-    } else {
-      KokkosBlas::axpby(static_cast<float>(a), flat<float>(x), static_cast<float>(b), flat<float>(y));
-    }
-    typename DistView<M>::execution_space().fence();
-  } catch (...) {
-    error = std::current_exception();
-  }
-  x.comm().agree(error);
+  Impl::collective(
+      "linalg::axpby", x.comm(),
+      [&](Impl::Signature& sig, Impl::NoPayload&) {
+        describe(sig, x, "x");
+        describe(sig, y, "y");
+        sig.arg("a", a).arg("b", b);
+        check_pair(x, y, "axpby");
+        return true;
+      },
+      [&](bool, const std::vector<Impl::NoPayload>&) {
+        if (x.dtype() == DType::Float64) {
+          KokkosBlas::axpby(a, flat<double>(x), b, flat<double>(y));
+        } else {
+          KokkosBlas::axpby(static_cast<float>(a), flat<float>(x), static_cast<float>(b), flat<float>(y));
+        }
+        typename DistView<M>::execution_space().fence();
+        return true;
+      });
 }
 
 #define KVMAP_INSTANTIATE_LINALG(Space)                                           \

@@ -4,7 +4,9 @@
 #include <mutex>
 
 #include "kvmap/error.hpp"
-#include "kvmap/impl/fault_injection.hpp"
+
+#include "collective.hpp"
+#include "dist_view_access.hpp"
 
 namespace kvmap {
 
@@ -66,45 +68,53 @@ void fill_random(const DistView<M>& out, std::uint64_t key, Distribution dist) {
 }
 
 template <class M>
-DistView<M> make_random(const char* what, Shape gshape, DType dtype, std::optional<int> split,
+DistView<M> make_random(const char* site, Shape gshape, DType dtype, std::optional<int> split,
                         Comm comm, std::optional<std::uint64_t> seed, Distribution dist) {
-  std::exception_ptr error;
-  try {
-    Impl::fault_point((std::string("random::") + what).c_str(), comm.rank());
-    KVMAP_CHECK(dtype == DType::Float32 || dtype == DType::Float64, TypeError,
-                "kvmap::random::" << what << ": dtype must be float32 or float64, got "
-                                  << name(dtype));
-  } catch (...) {
-    error = std::current_exception();
-  }
   // Seeded calls use stream 0 of that seed; unseeded calls take the next stream of this
-  // communicator. Either way every rank must use the same key: agreed with the arguments.
+  // communicator, on every rank whatever happens next, and every rank must use the same key:
+  // agreed with the arguments.
   const Impl::StreamState state = seed ? Impl::StreamState{*seed, 0} : Impl::next_stream(comm);
-  comm.agree_arguments(error, std::string("kvmap::random::") + what,
-                       std::string(what) + "(" + state.describe() + ")");
-  DistView<M> out = DistView<M>::empty(std::move(gshape), dtype, split, comm);
-  const std::uint64_t key = state.key();
-  if (dtype == DType::Float32) {
-    fill_random<M, float>(out, key, dist);
-  } else {
-    fill_random<M, double>(out, key, dist);
-  }
-  return out;
+  struct Plan {
+    Layout layout;
+    Impl::LocalBlock block;
+  };
+  return Impl::collective(
+      site, comm,
+      [&](Impl::Signature& sig, Impl::NoPayload&) {
+        sig.arg("gshape", gshape).arg("dtype", static_cast<int>(dtype)).arg("split", split).arg("stream",
+                                                                                               state.describe());
+        KVMAP_CHECK(dtype == DType::Float32 || dtype == DType::Float64, TypeError,
+                    "kvmap::" << site << ": dtype must be float32 or float64, got " << name(dtype));
+        Layout layout = Layout::balanced(gshape, split, comm.size());
+        Impl::LocalBlock block = Impl::allocate_block<M>(layout.lshape(comm.rank()), size_of(dtype));
+        return Plan{std::move(layout), std::move(block)};
+      },
+      [&](Plan& plan, const std::vector<Impl::NoPayload>&) {
+        DistView<M> out = Impl::DistViewAccess::make<M>(std::move(plan.layout), dtype, comm, std::move(plan.block));
+        if (dtype == DType::Float32) {
+          fill_random<M, float>(out, state.key(), dist);
+        } else {
+          fill_random<M, double>(out, state.key(), dist);
+        }
+        return out;
+      });
 }
 
 }  // namespace
 
 void manual_seed(std::uint64_t seed, const Comm& comm) {
-  std::exception_ptr error;
-  try {
-    Impl::fault_point("manual_seed", comm.rank());
-  } catch (...) {
-    error = std::current_exception();
-  }
-  comm.agree_arguments(error, "kvmap::manual_seed", "manual_seed(" + std::to_string(seed) + ")");
-  std::lock_guard<std::mutex> lock(g_seed_mutex);
-  g_seed = seed;
-  ++g_seed_epoch;
+  Impl::collective(
+      "manual_seed", comm,
+      [&](Impl::Signature& sig, Impl::NoPayload&) {
+        sig.arg("seed", seed);
+        return true;
+      },
+      [&](bool, const std::vector<Impl::NoPayload>&) {
+        std::lock_guard<std::mutex> lock(g_seed_mutex);
+        g_seed = seed;
+        ++g_seed_epoch;
+        return true;
+      });
 }
 
 std::uint64_t initial_seed() {
@@ -135,14 +145,14 @@ namespace random {
 template <class M>
 DistView<M> uniform(Shape gshape, DType dtype, std::optional<int> split, Comm comm,
                     std::optional<std::uint64_t> seed) {
-  return make_random<M>("uniform", std::move(gshape), dtype, split, std::move(comm), seed,
+  return make_random<M>("random::uniform", std::move(gshape), dtype, split, std::move(comm), seed,
                         Distribution::Uniform);
 }
 
 template <class M>
 DistView<M> normal(Shape gshape, DType dtype, std::optional<int> split, Comm comm,
                    std::optional<std::uint64_t> seed) {
-  return make_random<M>("normal", std::move(gshape), dtype, split, std::move(comm), seed,
+  return make_random<M>("random::normal", std::move(gshape), dtype, split, std::move(comm), seed,
                         Distribution::Normal);
 }
 

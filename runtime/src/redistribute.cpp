@@ -10,9 +10,11 @@
 #include "kvmap/dist_view.hpp"
 #include "kvmap/error.hpp"
 #include "kvmap/impl/box_copy.hpp"
-#include "kvmap/impl/fault_injection.hpp"
 #include "kvmap/stats.hpp"
 #include "kvmap/tensor_bridge.hpp"
+
+#include "collective.hpp"
+#include "dist_view_access.hpp"
 
 namespace kvmap {
 
@@ -146,101 +148,133 @@ Side plan_side(const Impl::LocalBlock& block, const Box& whole, const std::vecto
   return side;
 }
 
-// Moves src's data into a fresh DistView of layout `target`. Arguments were agreed.
+// Moving src's data into a fresh DistView of layout `target`, planned: the destination and
+// every scratch buffer are allocated by plan_exchange (before the agreement), so that
+// run_exchange (after it) only runs kernels and MPI.
+enum class ExchangeKind { Local, Allgather, AllToAll };
+
 template <class M>
-DistView<M> move_data(const DistView<M>& src, const Layout& target) {
-  using Exec = typename DistView<M>::execution_space;
-  Exec exec;
+struct Exchange {
+  DistView<M> src;
+  Layout target;
+  ExchangeKind kind = ExchangeKind::Local;
+  Impl::LocalBlock src_block, dst;
+  Box my_src, my_dst;
+  std::vector<Box> send_boxes, recv_boxes;
+  Side send, recv;
+  std::size_t global_max = 0;
+  std::optional<Scratch<M>> send_buf, recv_buf;
+};
+
+template <class M>
+Exchange<M> plan_exchange(const DistView<M>& src, const Layout& target) {
   const Comm& comm = src.comm();
   const int me = comm.rank(), P = comm.size();
   const std::size_t itemsize = src.itemsize();
   const Layout& S = src.layout();
-  Impl::LocalBlock dst = Impl::allocate_block<M>(target.lshape(me), itemsize);
-  const Box my_src = held(S, me), my_dst = held(target, me);
-
+  Exchange<M> x{src, target};
+  x.src_block = Impl::DistViewAccess::block(src);
+  x.dst = Impl::allocate_block<M>(target.lshape(me), itemsize);
+  x.my_src = held(S, me);
+  x.my_dst = held(target, me);
   if (S.is_replicated() || target == S) {
     // Every rank already holds its part (replicated source, or an unchanged layout): a local
     // copy into the new DistView's own memory, no communication.
-    copy_sub_box(exec, src.block(), my_src, dst, my_dst, my_dst, itemsize);
-    exec.fence();
-    return DistView<M>::from_parts(target, src.dtype(), comm, std::move(dst));
+    x.kind = ExchangeKind::Local;
+    return x;
   }
-
   if (target.is_replicated()) {
     // Every rank's block goes to every rank: one allgatherv.
-    std::vector<Box> theirs(P);
-    for (int r = 0; r < P; ++r) theirs[r] = held(S, r);
-    std::vector<Box> mine(P, my_src);
-    const Side send = plan_side(src.block(), my_src, mine, me, itemsize, true);
-    const Side recv = plan_side(dst, my_dst, theirs, me, itemsize, true);
-    std::optional<Scratch<M>> send_buf, recv_buf;
-    const unsigned char* send_ptr = static_cast<const unsigned char*>(src.block().data) + send.displs[me];
-    if (!send.direct) {
-      send_buf.emplace(send.counts[me]);
-      copy_sub_box(exec, src.block(), my_src, buffer_block(send_buf->data(), my_src), my_src, my_src, itemsize);
-      send_ptr = send_buf->data();
-    }
-    unsigned char* recv_base = static_cast<unsigned char*>(dst.data);
-    if (!recv.direct) {
-      recv_buf.emplace(recv.total);
-      recv_base = recv_buf->data();
-    }
-    exec.fence();
-    comm.allgatherv_bytes(send_ptr, send.counts[me], recv_base, recv.counts, recv.displs);
-    if (!recv.direct) {
-      for (int r = 0; r < P; ++r) {
-        copy_sub_box(exec, buffer_block(recv_base + recv.displs[r], theirs[r]), theirs[r], dst, my_dst,
-                     theirs[r], itemsize);
-      }
-    }
-    exec.fence();
-    return DistView<M>::from_parts(target, src.dtype(), comm, std::move(dst));
+    x.kind = ExchangeKind::Allgather;
+    x.recv_boxes.resize(P);
+    for (int r = 0; r < P; ++r) x.recv_boxes[r] = held(S, r);
+    x.send = plan_side(x.src_block, x.my_src, std::vector<Box>(P, x.my_src), me, itemsize, true);
+    x.recv = plan_side(x.dst, x.my_dst, x.recv_boxes, me, itemsize, true);
+    if (!x.send.direct) x.send_buf.emplace(x.send.counts[me]);
+    if (!x.recv.direct) x.recv_buf.emplace(x.recv.total);
+    return x;
   }
-
-  std::vector<Box> send_boxes(P), recv_boxes(P);
+  x.kind = ExchangeKind::AllToAll;
+  x.send_boxes.resize(P);
+  x.recv_boxes.resize(P);
   for (int p = 0; p < P; ++p) {
-    send_boxes[p] = intersect(my_src, held(target, p));
-    recv_boxes[p] = intersect(held(S, p), my_dst);
+    x.send_boxes[p] = intersect(x.my_src, held(target, p));
+    x.recv_boxes[p] = intersect(held(S, p), x.my_dst);
   }
   // The local part is copied directly, the rest exchanged.
-  const Side send = plan_side(src.block(), my_src, send_boxes, me, itemsize, false);
-  const Side recv = plan_side(dst, my_dst, recv_boxes, me, itemsize, false);
+  x.send = plan_side(x.src_block, x.my_src, x.send_boxes, me, itemsize, false);
+  x.recv = plan_side(x.dst, x.my_dst, x.recv_boxes, me, itemsize, false);
   // A bound every rank computes alike: no rank sends or receives beyond its dense blocks.
-  std::size_t global_max = 0;
   for (int r = 0; r < P; ++r) {
-    global_max = std::max<std::size_t>(
-        global_max, static_cast<std::size_t>(std::max(held(S, r).volume(), held(target, r).volume())) *
-                        itemsize);
+    x.global_max = std::max<std::size_t>(
+        x.global_max,
+        static_cast<std::size_t>(std::max(held(S, r).volume(), held(target, r).volume())) * itemsize);
   }
-  std::optional<Scratch<M>> send_buf, recv_buf;
-  const unsigned char* send_base = static_cast<const unsigned char*>(src.block().data);
-  unsigned char* recv_base = static_cast<unsigned char*>(dst.data);
-  if (!send.direct) {
-    send_buf.emplace(send.total);
-    send_base = send_buf->data();
-    for (int p = 0; p < P; ++p) {
-      if (p == me) continue;
-      copy_sub_box(exec, src.block(), my_src, buffer_block(send_buf->data() + send.displs[p], send_boxes[p]),
-                   send_boxes[p], send_boxes[p], itemsize);
+  if (!x.send.direct) x.send_buf.emplace(x.send.total);
+  if (!x.recv.direct) x.recv_buf.emplace(x.recv.total);
+  return x;
+}
+
+template <class M>
+DistView<M> run_exchange(Exchange<M>& x) {
+  using Exec = typename DistView<M>::execution_space;
+  Exec exec;
+  const Comm& comm = x.src.comm();
+  const int me = comm.rank(), P = comm.size();
+  const std::size_t itemsize = x.src.itemsize();
+  const Impl::LocalBlock& src = x.src_block;
+  if (x.kind == ExchangeKind::Local) {
+    copy_sub_box(exec, src, x.my_src, x.dst, x.my_dst, x.my_dst, itemsize);
+  } else if (x.kind == ExchangeKind::Allgather) {
+    const unsigned char* send_ptr = static_cast<const unsigned char*>(src.data) + x.send.displs[me];
+    if (x.send_buf) {
+      copy_sub_box(exec, src, x.my_src, buffer_block(x.send_buf->data(), x.my_src), x.my_src, x.my_src, itemsize);
+      send_ptr = x.send_buf->data();
+    }
+    unsigned char* recv_base = x.recv_buf ? x.recv_buf->data() : static_cast<unsigned char*>(x.dst.data);
+    exec.fence();
+    comm.allgatherv_bytes(send_ptr, x.send.counts[me], recv_base, x.recv.counts, x.recv.displs);
+    if (x.recv_buf) {
+      for (int r = 0; r < P; ++r) {
+        copy_sub_box(exec, buffer_block(recv_base + x.recv.displs[r], x.recv_boxes[r]), x.recv_boxes[r], x.dst,
+                     x.my_dst, x.recv_boxes[r], itemsize);
+      }
+    }
+  } else {
+    const unsigned char* send_base = static_cast<const unsigned char*>(src.data);
+    unsigned char* recv_base = static_cast<unsigned char*>(x.dst.data);
+    if (x.send_buf) {
+      send_base = x.send_buf->data();
+      for (int p = 0; p < P; ++p) {
+        if (p == me) continue;
+        copy_sub_box(exec, src, x.my_src, buffer_block(x.send_buf->data() + x.send.displs[p], x.send_boxes[p]),
+                     x.send_boxes[p], x.send_boxes[p], itemsize);
+      }
+    }
+    if (x.recv_buf) recv_base = x.recv_buf->data();
+    copy_sub_box(exec, src, x.my_src, x.dst, x.my_dst, x.send_boxes[me], itemsize);
+    exec.fence();
+    comm.alltoallv_bytes(send_base, x.send.counts, x.send.displs, recv_base, x.recv.counts, x.recv.displs,
+                         x.global_max);
+    if (x.recv_buf) {
+      for (int q = 0; q < P; ++q) {
+        if (q == me) continue;
+        copy_sub_box(exec, buffer_block(recv_base + x.recv.displs[q], x.recv_boxes[q]), x.recv_boxes[q], x.dst,
+                     x.my_dst, x.recv_boxes[q], itemsize);
+      }
     }
   }
-  if (!recv.direct) {
-    recv_buf.emplace(recv.total);
-    recv_base = recv_buf->data();
-  }
-  copy_sub_box(exec, src.block(), my_src, dst, my_dst, send_boxes[me], itemsize);
   exec.fence();
-  comm.alltoallv_bytes(send_base, send.counts, send.displs, recv_base, recv.counts, recv.displs,
-                       global_max);
-  if (!recv.direct) {
-    for (int q = 0; q < P; ++q) {
-      if (q == me) continue;
-      copy_sub_box(exec, buffer_block(recv_base + recv.displs[q], recv_boxes[q]), recv_boxes[q], dst,
-                   my_dst, recv_boxes[q], itemsize);
-    }
-  }
-  exec.fence();
-  return DistView<M>::from_parts(target, src.dtype(), comm, std::move(dst));
+  x.send_buf.reset();
+  x.recv_buf.reset();
+  return Impl::DistViewAccess::make<M>(x.target, x.src.dtype(), comm, std::move(x.dst));
+}
+
+// The arguments of a redistribution that every rank must pass alike: the array's layout and
+// dtype (so ranks passing different arrays are told, not left in mismatched exchanges).
+template <class M>
+void describe_source(Impl::Signature& sig, const DistView<M>& v) {
+  sig.arg("layout", v.layout()).arg("dtype", v.dtype());
 }
 
 void check_device(const at::Tensor& t, Impl::DeviceSpec want, const char* what) {
@@ -252,46 +286,40 @@ void check_device(const at::Tensor& t, Impl::DeviceSpec want, const char* what) 
                                   << Impl::torch_device(want));
 }
 
-std::string split_str(std::optional<int> split) {
-  return split ? std::to_string(*split) : std::string("None");
-}
-
 }  // namespace
 
 template <class M>
 DistView<M> DistView<M>::redistribute(const Layout& target) const {
-  std::exception_ptr error;
-  try {
-    Impl::fault_point("DistView::redistribute", comm_.rank());
-    KVMAP_CHECK(target.nranks() == comm_.size(), ValueError,
-                "kvmap::DistView::redistribute: the target " << target << " is for "
-                                                             << target.nranks()
-                                                             << " ranks but the communicator has "
-                                                             << comm_.size());
-    KVMAP_CHECK(target.gshape() == gshape(), ValueError,
-                "kvmap::DistView::redistribute: the target " << target << " has global shape "
-                                                             << to_string(target.gshape())
-                                                             << ", the array " << to_string(gshape()));
-  } catch (...) {
-    error = std::current_exception();
-  }
-  comm_.agree_arguments(error, "DistView::redistribute", "redistribute(" + target.str() + ")");
-  return move_data(*this, target);  // a new DistView with its own memory, also when unchanged
+  return Impl::collective(
+      "DistView::redistribute", comm_,
+      [&](Impl::Signature& sig, Impl::NoPayload&) {
+        describe_source(sig, *this);
+        sig.arg("target", target);
+        KVMAP_CHECK(target.nranks() == comm_.size(), ValueError,
+                    "kvmap::DistView::redistribute: the target " << target << " is for "
+                                                                 << target.nranks()
+                                                                 << " ranks but the communicator has "
+                                                                 << comm_.size());
+        KVMAP_CHECK(target.gshape() == gshape(), ValueError,
+                    "kvmap::DistView::redistribute: the target " << target << " has global shape "
+                                                                 << to_string(target.gshape())
+                                                                 << ", the array " << to_string(gshape()));
+        return plan_exchange(*this, target);  // its own memory, also when the layout is unchanged
+      },
+      [](Exchange<M>& x, const std::vector<Impl::NoPayload>&) { return run_exchange(x); });
 }
 
 namespace {
 template <class M>
 DistView<M> to_balanced(const DistView<M>& v, std::optional<int> split, const char* site) {
-  std::exception_ptr error;
-  std::optional<Layout> target;
-  try {
-    Impl::fault_point(site, v.comm().rank());
-    target = Layout::balanced(v.gshape(), split, v.comm().size());
-  } catch (...) {
-    error = std::current_exception();
-  }
-  v.comm().agree_arguments(error, site, std::string(site) + "(split=" + split_str(split) + ")");
-  return move_data(v, *target);  // a new DistView with its own memory, also when unchanged
+  return Impl::collective(
+      site, v.comm(),
+      [&](Impl::Signature& sig, Impl::NoPayload&) {
+        describe_source(sig, v);
+        sig.arg("split", split);
+        return plan_exchange(v, Layout::balanced(v.gshape(), split, v.comm().size()));
+      },
+      [](Exchange<M>& x, const std::vector<Impl::NoPayload>&) { return run_exchange(x); });
 }
 }  // namespace
 
@@ -305,96 +333,125 @@ DistView<M> DistView<M>::balance() const {
   return to_balanced(*this, layout_.split(), "DistView::balance");
 }
 
+namespace {
+// Gathering to `root` (-1: every rank). A replicated array is copied by the receiving ranks
+// (a copy, like every other gather, never an alias of the storage); a split one exchanged.
+template <class M>
+struct GatherPlan {
+  std::optional<Exchange<M>> exchange;
+  at::Tensor copy;
+};
+
+template <class M>
+GatherPlan<M> plan_gather(const DistView<M>& v, int root) {
+  GatherPlan<M> plan;
+  const Comm& comm = v.comm();
+  if (!v.split()) {
+    if (root < 0 || comm.rank() == root) plan.copy = v.local().clone();
+    return plan;
+  }
+  Layout target = Layout::replicated(v.gshape(), comm.size());
+  if (root >= 0) {
+    std::vector<std::int64_t> counts(comm.size(), 0);
+    counts[root] = v.gshape()[*v.split()];
+    target = Layout::from_counts(v.gshape(), *v.split(), std::move(counts));
+  }
+  plan.exchange.emplace(plan_exchange(v, target));
+  return plan;
+}
+
+template <class M>
+at::Tensor run_gather(GatherPlan<M>& plan, int root, int me) {
+  if (!plan.exchange) {
+    if (plan.copy.defined()) {
+      Impl::count_bytes_copied(static_cast<std::uint64_t>(plan.copy.numel()) * plan.copy.element_size());
+    }
+    return plan.copy;
+  }
+  DistView<M> gathered = run_exchange(*plan.exchange);
+  return root < 0 || me == root ? gathered.local() : at::Tensor();
+}
+}  // namespace
+
 template <class M>
 at::Tensor DistView<M>::gather(int root) const {
-  std::exception_ptr error;
-  std::optional<Layout> target;
-  try {
-    Impl::fault_point("DistView::gather", comm_.rank());
-    KVMAP_CHECK(root >= 0 && root < comm_.size(), ValueError,
-                "kvmap::DistView::gather: root " << root << " out of range for " << comm_.size()
-                                                 << " ranks");
-    if (split()) {
-      std::vector<std::int64_t> counts(comm_.size(), 0);
-      counts[root] = gshape()[*split()];
-      target = Layout::from_counts(gshape(), *split(), std::move(counts));
-    }
-  } catch (...) {
-    error = std::current_exception();
-  }
-  comm_.agree_arguments(error, "DistView::gather", "gather(root=" + std::to_string(root) + ")");
-  if (!target) {
-    // Replicated: root's own copy, never an alias of the DistView's storage.
-    if (comm_.rank() != root) return at::Tensor();
-    at::Tensor copy = local().clone();
-    Impl::count_bytes_copied(static_cast<std::uint64_t>(copy.numel()) * copy.element_size());
-    return copy;
-  }
-  DistView on_root = move_data(*this, *target);
-  return comm_.rank() == root ? on_root.local() : at::Tensor();
+  return Impl::collective(
+      "DistView::gather", comm_,
+      [&](Impl::Signature& sig, Impl::NoPayload&) {
+        describe_source(sig, *this);
+        sig.arg("root", root);
+        KVMAP_CHECK(root >= 0 && root < comm_.size(), ValueError,
+                    "kvmap::DistView::gather: root " << root << " out of range for " << comm_.size()
+                                                     << " ranks");
+        return plan_gather(*this, root);
+      },
+      [&](GatherPlan<M>& plan, const std::vector<Impl::NoPayload>&) {
+        return run_gather(plan, root, comm_.rank());
+      });
 }
 
 template <class M>
 at::Tensor DistView<M>::allgather() const {
-  std::exception_ptr error;
-  try {
-    Impl::fault_point("DistView::allgather", comm_.rank());
-  } catch (...) {
-    error = std::current_exception();
-  }
-  comm_.agree_arguments(error, "DistView::allgather", "allgather()");
-  if (!split()) {
-    // Replicated: a copy, like every other gather, never an alias of the storage.
-    at::Tensor copy = local().clone();
-    Impl::count_bytes_copied(static_cast<std::uint64_t>(copy.numel()) * copy.element_size());
-    return copy;
-  }
-  return move_data(*this, Layout::replicated(gshape(), comm_.size())).local();
+  return Impl::collective(
+      "DistView::allgather", comm_,
+      [&](Impl::Signature& sig, Impl::NoPayload&) {
+        describe_source(sig, *this);
+        return plan_gather(*this, -1);
+      },
+      [&](GatherPlan<M>& plan, const std::vector<Impl::NoPayload>&) {
+        return run_gather(plan, -1, comm_.rank());
+      });
 }
 
 template <class M>
 DistView<M> DistView<M>::from_global(const at::Tensor& full, std::optional<int> split, Comm comm) {
-  std::exception_ptr error;
-  Impl::LocalBlock block;
-  DType dtype = DType::Float32;
-  std::optional<Layout> target;
-  std::ostringstream sig;
-  try {
-    Impl::fault_point("DistView::from_global", comm.rank());
-    block = Impl::block_from_tensor(full);
-    dtype = from_torch(full.scalar_type());
-    check_device(full, Impl::device_of<M>(), "from_global");
-    target = Layout::balanced(block.extents, split, comm.size());
-    sig << "from_global(shape=" << to_string(block.extents) << ", dtype=" << name(dtype);
-  } catch (...) {
-    error = std::current_exception();
-  }
-  sig << ", split=" << split_str(split) << ")";
-  comm.agree_arguments(error, "DistView::from_global", sig.str());
-  Layout whole = Layout::replicated(block.extents, comm.size());
-  DistView everything(std::move(whole), dtype, comm, std::move(block));
-  if (!split) return everything;
-  return move_data(everything, *target);
+  struct Plan {
+    std::optional<DistView<M>> whole;  // replicated: the tensor adopted as it is
+    std::optional<Exchange<M>> slice;  // split: a copy of this rank's slice
+  };
+  return Impl::collective(
+      "DistView::from_global", comm,
+      [&](Impl::Signature& sig, Impl::NoPayload&) {
+        sig.arg("split", split);
+        Impl::LocalBlock block = Impl::block_from_tensor(full);
+        const DType dtype = from_torch(full.scalar_type());
+        sig.arg("shape", block.extents).arg("dtype", dtype);
+        check_device(full, Impl::device_of<M>(), "from_global");
+        const Layout target = Layout::balanced(block.extents, split, comm.size());
+        Layout whole = Layout::replicated(block.extents, comm.size());
+        Plan plan;
+        plan.whole.emplace(Impl::DistViewAccess::make<M>(std::move(whole), dtype, comm, std::move(block)));
+        if (split) plan.slice.emplace(plan_exchange(*plan.whole, target));
+        return plan;
+      },
+      [](Plan& plan, const std::vector<Impl::NoPayload>&) {
+        return plan.slice ? run_exchange(*plan.slice) : std::move(*plan.whole);
+      });
 }
+
+namespace {
+// What root tells every rank about the tensor it scatters.
+struct ScatterMeta {
+  std::int32_t ndim;
+  std::int32_t dtype;
+  std::int64_t extents[Impl::kMaxRank];
+};
+}  // namespace
 
 template <class M>
 DistView<M> DistView<M>::scatter(const at::Tensor& full_on_root, std::optional<int> split,
                                  Comm comm, int root) {
-  struct Meta {
-    std::int32_t ndim;
-    std::int32_t dtype;
-    std::int64_t extents[Impl::kMaxRank];
-  };
-  std::exception_ptr error;
-  Impl::LocalBlock block;
-  Meta meta;
-  std::memset(&meta, 0, sizeof meta);
-  try {
-    Impl::fault_point("DistView::scatter", comm.rank());
+  // Two agreements: the other ranks learn root's shape and dtype from the first, and
+  // allocate their part before the second.
+  const int me = comm.rank();
+  Impl::Collective<ScatterMeta> arguments("DistView::scatter", comm);
+  std::optional<Impl::LocalBlock> root_block = arguments.plan([&](Impl::Signature& sig, ScatterMeta& meta) {
+    sig.arg("split", split).arg("root", root);
     KVMAP_CHECK(root >= 0 && root < comm.size(), ValueError,
                 "kvmap::DistView::scatter: root " << root << " out of range for " << comm.size()
                                                   << " ranks");
-    if (comm.rank() == root) {
+    Impl::LocalBlock block;
+    if (me == root) {
       block = Impl::block_from_tensor(full_on_root);
       check_device(full_on_root, Impl::device_of<M>(), "scatter");
       meta.ndim = static_cast<std::int32_t>(block.extents.size());
@@ -402,38 +459,42 @@ DistView<M> DistView<M>::scatter(const at::Tensor& full_on_root, std::optional<i
       for (int d = 0; d < meta.ndim; ++d) meta.extents[d] = block.extents[d];
       Layout::balanced(block.extents, split, comm.size());  // validates split for this shape
     }
-  } catch (...) {
-    error = std::current_exception();
-  }
-  comm.agree_arguments(error, "DistView::scatter",
-                       "scatter(split=" + split_str(split) + ", root=" + std::to_string(root) + ")");
-  comm.bcast_bytes(&meta, sizeof meta, root);
+    return block;
+  });
+  const ScatterMeta meta = arguments.agree()[root];
   const Shape gshape(meta.extents, meta.extents + meta.ndim);
   const DType dtype = static_cast<DType>(meta.dtype);
-  const Layout target = Layout::balanced(gshape, split, comm.size());
-  if (meta.ndim == 0) {
-    // A scalar: broadcast its one element.
-    Impl::LocalBlock dst = Impl::allocate_block<M>(gshape, size_of(dtype));
-    if (comm.rank() == root) {
-      const auto g = Impl::make_box_geometry({}, {}, {});
-      Impl::box_copy(execution_space(), block.data, dst.data, g, size_of(dtype));
-      execution_space().fence();
-    }
-    comm.bcast_bytes(dst.data, size_of(dtype), root);
-    return DistView(target, dtype, std::move(comm), std::move(dst));
-  }
-  // Root holds every row of axis s; everyone else an empty piece.
-  const int s = Impl::normalize_axis(split.value_or(0), meta.ndim, "split axis");
-  std::vector<std::int64_t> counts(comm.size(), 0);
-  counts[root] = gshape[s];
-  Layout on_root = Layout::from_counts(gshape, s, std::move(counts));
-  if (comm.rank() != root) {
-    block.extents = on_root.lshape(comm.rank());
-    block.strides = Impl::row_major_strides(block.extents);
-    block.data = nullptr;
-  }
-  DistView source(std::move(on_root), dtype, comm, std::move(block));
-  return move_data(source, target);
+
+  return Impl::collective(
+      "DistView::scatter", comm,
+      [&](Impl::Signature& sig, Impl::NoPayload&) {
+        sig.arg("gshape", gshape).arg("dtype", dtype).arg("split", split).arg("root", root);
+        const Layout target = Layout::balanced(gshape, split, comm.size());
+        // Root holds the whole array (a scalar: replicated), everyone else an empty piece.
+        Impl::LocalBlock block = me == root ? std::move(*root_block) : Impl::LocalBlock{};
+        std::optional<Layout> source;
+        if (meta.ndim == 0) {
+          source = Layout::replicated(gshape, comm.size());
+        } else {
+          const int s = Impl::normalize_axis(split.value_or(0), meta.ndim, "split axis");
+          std::vector<std::int64_t> counts(comm.size(), 0);
+          counts[root] = gshape[s];
+          source = Layout::from_counts(gshape, s, std::move(counts));
+        }
+        if (me != root) {
+          block.extents = source->lshape(me);
+          block.strides = Impl::row_major_strides(block.extents);
+          if (meta.ndim == 0) block = Impl::allocate_block<M>(gshape, size_of(dtype));
+        }
+        return plan_exchange(Impl::DistViewAccess::make<M>(*source, dtype, comm, std::move(block)), target);
+      },
+      [&](Exchange<M>& x, const std::vector<Impl::NoPayload>&) {
+        if (meta.ndim == 0) {
+          // A scalar: root's one element, broadcast into every rank's copy.
+          comm.bcast_bytes(x.src_block.data, size_of(dtype), root);
+        }
+        return run_exchange(x);
+      });
 }
 
 #define KVMAP_INSTANTIATE_REDISTRIBUTE(Space)                                                  \

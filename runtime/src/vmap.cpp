@@ -14,12 +14,14 @@
 
 #include "kvmap/error.hpp"
 #include "kvmap/impl/out_dims.hpp"
-#include "kvmap/impl/fault_injection.hpp"
 #include "kvmap/impl/torch_compat.hpp"
 #include "kvmap/impl/vmap_randomness.hpp"
 #include "kvmap/random.hpp"
 #include "kvmap/stats.hpp"
 #include "kvmap/tensor_bridge.hpp"
+
+#include "collective.hpp"
+#include "dist_view_access.hpp"
 
 namespace kvmap {
 
@@ -63,6 +65,8 @@ namespace Impl {
 
 namespace {
 
+using Allocate = LocalBlock (*)(const std::vector<std::int64_t>&, std::size_t);
+
 // Kokkos Tools region for one phase, so users' tools show where the time goes.
 class Region {
  public:
@@ -81,22 +85,32 @@ torch_compat::VmapRandomness to_compat(Randomness r) {
   return torch_compat::VmapRandomness::Error;
 }
 
-// ---- 1. validation (deterministic: every rank sees the same layouts) ------------------
-std::int64_t validate_inputs(const std::vector<MappedInput>& inputs) {
-  KVMAP_CHECK(!inputs.empty(), ValueError,
+// One DistView argument as the core sees it (its block keeps the memory alive).
+struct ArrayArg {
+  LocalBlock block;
+  DType dtype;
+  Layout layout;  // split axis normalized
+  std::uint64_t comm_id;
+};
+
+// ---- 1. validation (deterministic on what the agreement compares) --------------------
+std::int64_t validate_arrays(const std::vector<ArrayArg>& arrays, const std::vector<int>& mapped) {
+  KVMAP_CHECK(!mapped.empty(), ValueError,
               "kvmap::vmap: no mapped input; pass at least one DistView with a split axis "
               "(replicated DistViews and other arguments are passed to the function whole)");
-  const Layout& first = *inputs[0].layout;
+  for (std::size_t k = 1; k < arrays.size(); ++k) {
+    KVMAP_CHECK(arrays[k].comm_id == arrays[0].comm_id, ValueError,
+                "kvmap::vmap: DistView argument " << k << " lives on another communicator than "
+                                                  << "DistView argument 0");
+  }
+  const Layout& first = arrays[mapped[0]].layout;
   const std::int64_t batch = first.gshape()[*first.split()];
-  for (std::size_t k = 1; k < inputs.size(); ++k) {
-    const Layout& l = *inputs[k].layout;
+  for (std::size_t j = 1; j < mapped.size(); ++j) {
+    const Layout& l = arrays[mapped[j]].layout;
     KVMAP_CHECK(l.gshape()[*l.split()] == batch && l.counts() == first.counts(), ValueError,
                 "kvmap::vmap: mapped inputs need the same batch length and the same per-rank "
                 "counts along their split axes, but mapped input 0 has "
-                    << first << " and mapped input " << k << " has " << l);
-    KVMAP_CHECK(inputs[k].device.kind == inputs[0].device.kind &&
-                    inputs[k].device.index == inputs[0].device.index,
-                TypeError, "kvmap::vmap: mapped inputs live in different memory spaces");
+                    << first << " and mapped input " << j << " has " << l);
   }
   KVMAP_CHECK(batch > 0, ValueError,
               "kvmap::vmap: the mapped inputs have an empty batch (" << first
@@ -105,20 +119,17 @@ std::int64_t validate_inputs(const std::vector<MappedInput>& inputs) {
 }
 
 // Built on every call: plain string appends, no stream.
-std::string options_signature(const VmapOptions& o, const StreamState& stream) {
-  std::string s = "vmap(out_dims=[";
+void describe_options(Signature& sig, const VmapOptions& o, const StreamState& stream) {
+  std::string dims = "[";
   for (std::size_t i = 0; i < o.out_dims().size(); ++i) {
-    if (i) s += ", ";
-    s += std::to_string(o.out_dims()[i]);
+    if (i) dims += ", ";
+    dims += std::to_string(o.out_dims()[i]);
   }
-  s += "], randomness=";
-  s += name(o.randomness());
+  dims += "]";
+  sig.arg("out_dims", dims).arg("randomness", name(o.randomness()));
   // The per-sample random stream (kvmap::sample_uniform/normal): the same on every rank
   // unless ranks seeded differently (kvmap::manual_seed on part of the communicator).
-  s += ", ";
-  s += stream.describe();
-  s += ")";
-  return s;
+  sig.arg("stream", stream.describe());
 }
 
 // ---- per-output metadata, fixed by chunk 0 and agreed across ranks ----------------------
@@ -161,10 +172,10 @@ struct LocalRun {
 };
 
 struct ChunkRunner {
-  const std::vector<MappedInput>& inputs;
-  const std::vector<at::Tensor>& locals;  // zero-copy views of the local shards
+  const std::vector<ArrayArg>& arrays;
+  const std::vector<at::Tensor>& locals;  // zero-copy views of every array's local shard
   const VmapOptions& options;
-  const BatchedCall& call;
+  const ArgsCall& call;
   GeneratorScope& generator;
   DeviceSpec device;
   std::int64_t global_offset;
@@ -187,20 +198,22 @@ struct ChunkRunner {
     // torch's current device is the inputs' device for the whole chunk, on any thread.
     c10::OptionalDeviceGuard device_guard;
     if (device.kind != DeviceKind::CPU) device_guard.reset_device(torch_device(device));
+    // Mapped arrays: this chunk's samples; replicated ones: the whole shard.
     std::vector<at::Tensor> chunk_inputs;
-    chunk_inputs.reserve(inputs.size());
-    for (std::size_t k = 0; k < inputs.size(); ++k) {
-      const int split = *inputs[k].layout->split();
-      const bool whole = start == 0 && len == locals[k].size(split);
-      chunk_inputs.push_back(whole ? locals[k] : locals[k].narrow(split, start, len));
+    chunk_inputs.reserve(arrays.size());
+    for (std::size_t k = 0; k < arrays.size(); ++k) {
+      const std::optional<int> split = arrays[k].layout.split();
+      const bool whole = !split || (start == 0 && len == locals[k].size(*split));
+      chunk_inputs.push_back(whole ? locals[k] : locals[k].narrow(*split, start, len));
     }
     auto lock = torch_compat::vmap_region_lock();
     generator.before_chunk();
     torch_compat::VmapLevel level(len, to_compat(options.randomness()));
     std::vector<at::Tensor> batched;
-    batched.reserve(inputs.size());
-    for (std::size_t k = 0; k < inputs.size(); ++k) {
-      batched.push_back(level.add_batch_dim(chunk_inputs[k], *inputs[k].layout->split()));
+    batched.reserve(arrays.size());
+    for (std::size_t k = 0; k < arrays.size(); ++k) {
+      const std::optional<int> split = arrays[k].layout.split();
+      batched.push_back(split ? level.add_batch_dim(chunk_inputs[k], *split) : chunk_inputs[k]);
     }
     SampleContext context;
     context.level = level.level();
@@ -257,7 +270,7 @@ bool needs_materializing(const at::Tensor& t) {
 }
 
 LocalRun run_local(const VmapOptions& options, std::int64_t n_local, const ChunkRunner& runner, Allocate allocate,
-                   const std::vector<MemorySpan>& unmapped_inputs) {
+                   const std::vector<MemorySpan>& input_spans) {
   LocalRun out;
   const std::int64_t cs = std::min(options.chunk_size().value_or(n_local), n_local);
   const std::int64_t nchunks = (n_local + cs - 1) / cs;
@@ -273,8 +286,7 @@ LocalRun run_local(const VmapOptions& options, std::int64_t n_local, const Chunk
     // Adopted as they are, unless a stride-0 broadcast has to be materialized once, or the
     // output shares memory with an input (f returned it, or a view of it) or with an earlier
     // output ({t, t}): outputs never alias, whatever the chunking.
-    std::vector<MemorySpan> taken = unmapped_inputs;
-    for (const MappedInput& in : runner.inputs) taken.push_back(span_of(*in.block, size_of(in.dtype)));
+    std::vector<MemorySpan> taken = input_spans;
     for (at::Tensor& t : first) {
       const MemorySpan span = span_of(t);
       bool shared = false;
@@ -366,70 +378,15 @@ LocalRun run_local(const VmapOptions& options, std::int64_t n_local, const Chunk
   return out;
 }
 
-}  // namespace
-
-VmapResult run_vmap(const std::vector<MappedInput>& inputs, const VmapOptions& options,
-                    const Comm& comm, DeviceSpec device, const BatchedCall& call,
-                    Allocate allocate, const std::vector<MemorySpan>& unmapped_inputs) {
-  Region whole("kvmap::vmap");
-  count_vmap_call();
-  const int me = comm.rank();
-  std::int64_t batch = 0;
-  const StreamState stream = next_stream(comm);
-  {
-    // Ranks may pass different arrays: a failed check is agreed like any other, and the
-    // signature carries the mapped inputs' layouts, so no rank runs f on arguments the others
-    // did not pass.
-    Region region("kvmap::vmap/validate");
-    std::exception_ptr invalid;
-    try {
-      batch = validate_inputs(inputs);
-    } catch (...) {
-      invalid = std::current_exception();
-    }
-    std::string signature = options_signature(options, stream);
-    for (const MappedInput& in : inputs) {
-      signature += " ";
-      signature += in.layout->str();
-    }
-    comm.agree_arguments(invalid, "kvmap::vmap", signature);
-  }
-  const Layout& lead = *inputs[0].layout;
-  const std::vector<std::int64_t>& counts = lead.counts();
-  const std::int64_t n_local = counts[me];
-
-  std::exception_ptr error;
-  LocalRun local;
-  {
-    GeneratorScope generator(options.randomness(), comm, device);
-    const std::uint64_t sample_key = stream.key();
-    try {
-      fault_point("vmap", me);
-      if (n_local > 0) {
-        std::vector<at::Tensor> locals;
-        for (const MappedInput& in : inputs) locals.push_back(tensor_from_block(*in.block, in.dtype, device));
-        ChunkRunner runner{inputs, locals, options, call, generator, device, lead.offset(me), sample_key};
-        local = run_local(options, n_local, runner, allocate, unmapped_inputs);
-        count_chunks(static_cast<std::uint64_t>(local.chunks));
-      }
-    } catch (...) {
-      error = std::current_exception();
-    }
-  }
-
-  // ---- 5. agree on the result: status and output metadata, one collective -----------------
-  Region agree_region("kvmap::vmap/agree");
-  ResultMeta mine;
-  std::memset(&mine, 0, sizeof mine);
-  mine.ran = (n_local > 0 && !error) ? 1 : 0;
-  mine.nout = static_cast<std::int32_t>(local.metas.size());
-  for (int k = 0; k < std::min<int>(mine.nout, kInlineOutputs); ++k) mine.out[k] = local.metas[k];
-  const std::vector<ResultMeta> all = comm.agree_gather(error, mine);
+// Output metadata of the ranks that ran f, checked identical: every rank sees the same data
+// and reaches the same verdict (throws alike).
+std::vector<OutputMeta> agreed_outputs(const Comm& comm, const std::vector<ResultMeta>& all,
+                                       const std::vector<OutputMeta>& mine) {
   int nout_max = 0;
   for (const ResultMeta& r : all) nout_max = std::max(nout_max, static_cast<int>(r.nout));
   std::vector<std::vector<OutputMeta>> metas(all.size());
   if (nout_max > kInlineOutputs) {
-    const std::vector<std::string> s = comm.allgather_strings(serialize(local.metas));
+    const std::vector<std::string> s = comm.allgather_strings(serialize(mine));
     for (std::size_t r = 0; r < all.size(); ++r) metas[r] = deserialize(s[r]);
   } else {
     for (std::size_t r = 0; r < all.size(); ++r) metas[r].assign(all[r].out, all[r].out + all[r].nout);
@@ -455,27 +412,141 @@ VmapResult run_vmap(const std::vector<MappedInput>& inputs, const VmapOptions& o
       throw ValueError(os.str());
     }
   }
-  const std::vector<OutputMeta>& agreed = metas[ref];
-
-  // ---- 6. assemble -----------------------------------------------------------------------
-  Region assemble_region("kvmap::vmap/assemble");
-  VmapResult result;
-  for (std::size_t k = 0; k < agreed.size(); ++k) {
-    const OutputMeta& m = agreed[k];
-    const DType dt = static_cast<DType>(m.dtype);
-    Shape gshape(m.shape, m.shape + m.ndim);
-    gshape.insert(gshape.begin() + m.out_dim, batch);
-    Layout layout = Layout::from_counts(gshape, m.out_dim, counts);
-    if (n_local > 0) {
-      result.blocks.push_back(block_from_tensor(local.outputs[k]));
-    } else {
-      result.blocks.push_back(allocate(layout.lshape(me), size_of(dt)));
-    }
-    result.dtypes.push_back(dt);
-    result.layouts.push_back(std::move(layout));
-  }
-  return result;
+  return metas[ref];
 }
+
+Layout output_layout(const OutputMeta& m, std::int64_t batch, const std::vector<std::int64_t>& counts) {
+  Shape gshape(m.shape, m.shape + m.ndim);
+  gshape.insert(gshape.begin() + m.out_dim, batch);
+  return Layout::from_counts(gshape, m.out_dim, counts);
+}
+
+struct CoreResult {
+  std::vector<LocalBlock> blocks;
+  std::vector<DType> dtypes;
+  std::vector<Layout> layouts;
+};
+
+// plan (validate; every argument's layout, dtype and communicator, the options, the random
+// stream and the generator state size into the signature) -> agree -> execute (the chunks;
+// a failure of f, or of an output's layout or allocation, is kept) -> agree on the result
+// (status and output metadata, one collective) -> assemble (cannot fail: zero-byte blocks on
+// ranks without samples).
+CoreResult run_core(const std::vector<ArrayArg>& arrays, const std::vector<MemorySpan>& tensor_spans,
+                    const Comm& comm, DeviceSpec device, const VmapOptions& options, const ArgsCall& call,
+                    Allocate allocate) {
+  Region whole("kvmap::vmap");
+  count_vmap_call();
+  const int me = comm.rank();
+  // Every rank takes the next stream, whatever happens next.
+  const StreamState stream = next_stream(comm);
+  struct Plan {
+    std::vector<int> mapped;
+    std::int64_t batch = 0;
+  };
+  Collective<> arguments("vmap", comm);
+  std::optional<Plan> plan;
+  {
+    Region region("kvmap::vmap/validate");
+    plan = arguments.plan([&](Signature& sig, NoPayload&) {
+      describe_options(sig, options, stream);
+      if (options.randomness() == Randomness::Same) {
+        sig.arg("generator_state_bytes", GeneratorScope::state_bytes(device));
+      }
+      Plan p;
+      for (std::size_t k = 0; k < arrays.size(); ++k) {
+        sig.arg("array", arrays[k].layout).arg("dtype", arrays[k].dtype);
+        sig.arg("array_comm", "#" + std::to_string(arrays[k].comm_id));
+        if (arrays[k].layout.split()) p.mapped.push_back(static_cast<int>(k));
+      }
+      p.batch = validate_arrays(arrays, p.mapped);
+      return p;
+    });
+    arguments.agree();
+  }
+  const Layout& lead = arrays[plan->mapped[0]].layout;
+  const std::vector<std::int64_t>& counts = lead.counts();
+  const std::int64_t n_local = counts[me];
+
+  // f's failure (and a failure of the run around it) is agreed below with the results.
+  std::exception_ptr error;
+  LocalRun local;
+  std::vector<Layout> layouts;
+  arguments.execute([&] {
+    GeneratorScope generator(options.randomness(), comm, device);
+    try {
+      if (n_local > 0) {
+        std::vector<at::Tensor> locals;
+        for (const ArrayArg& a : arrays) locals.push_back(tensor_from_block(a.block, a.dtype, device));
+        std::vector<MemorySpan> input_spans = tensor_spans;
+        for (const ArrayArg& a : arrays) input_spans.push_back(span_of(a.block, size_of(a.dtype)));
+        ChunkRunner runner{arrays, locals, options, call, generator, device, lead.offset(me), stream.key()};
+        local = run_local(options, n_local, runner, allocate, input_spans);
+        count_chunks(static_cast<std::uint64_t>(local.chunks));
+        for (const OutputMeta& m : local.metas) layouts.push_back(output_layout(m, plan->batch, counts));
+      }
+    } catch (...) {
+      error = std::current_exception();
+    }
+    return true;
+  });
+
+  // ---- agree on the result: status and output metadata, one collective -----------------
+  Region agree_region("kvmap::vmap/agree");
+  ResultMeta mine;
+  std::memset(&mine, 0, sizeof mine);
+  mine.ran = (n_local > 0 && !error) ? 1 : 0;
+  mine.nout = static_cast<std::int32_t>(local.metas.size());
+  for (int k = 0; k < std::min<int>(mine.nout, kInlineOutputs); ++k) mine.out[k] = local.metas[k];
+  const std::vector<ResultMeta> all = comm.agree_gather(error, mine);
+  const std::vector<OutputMeta> agreed = agreed_outputs(comm, all, local.metas);
+
+  // ---- assemble ------------------------------------------------------------------------
+  Region assemble_region("kvmap::vmap/assemble");
+  return run_agreed("vmap", comm, [&] {
+    CoreResult result;
+    for (std::size_t k = 0; k < agreed.size(); ++k) {
+      const DType dt = static_cast<DType>(agreed[k].dtype);
+      Layout layout = n_local > 0 ? std::move(layouts[k]) : output_layout(agreed[k], plan->batch, counts);
+      result.blocks.push_back(n_local > 0 ? block_from_tensor(local.outputs[k])
+                                          : allocate(layout.lshape(me), size_of(dt)));
+      result.dtypes.push_back(dt);
+      result.layouts.push_back(std::move(layout));
+    }
+    return result;
+  });
+}
+
+}  // namespace
+
+template <class M>
+std::vector<DistView<M>> vmap_core(const std::vector<DistView<M>>& arrays, const std::vector<at::Tensor>& tensors,
+                                   const VmapOptions& options, const ArgsCall& call) {
+  const Comm comm = arrays.empty() ? Comm::world() : arrays.front().comm();
+  std::vector<ArrayArg> args;
+  args.reserve(arrays.size());
+  for (const DistView<M>& a : arrays) {
+    args.push_back({DistViewAccess::block(a), a.dtype(), a.layout(), a.comm().id()});
+  }
+  std::vector<MemorySpan> tensor_spans;
+  for (const at::Tensor& t : tensors) {
+    if (t.defined()) tensor_spans.push_back(span_of(t));
+  }
+  CoreResult result = run_core(args, tensor_spans, comm, device_of<M>(), options, call, &allocate_block<M>);
+  std::vector<DistView<M>> outputs;
+  outputs.reserve(result.blocks.size());
+  for (std::size_t k = 0; k < result.blocks.size(); ++k) {
+    outputs.push_back(DistViewAccess::make<M>(std::move(result.layouts[k]), result.dtypes[k], comm,
+                                              std::move(result.blocks[k])));
+  }
+  return outputs;
+}
+
+#define KVMAP_INSTANTIATE_VMAP_CORE(Space)                                                      \
+  template std::vector<DistView<Space>> vmap_core<Space>(const std::vector<DistView<Space>>&, \
+                                                         const std::vector<at::Tensor>&,      \
+                                                         const VmapOptions&, const ArgsCall&);
+KVMAP_FOR_EACH_MEMORY_SPACE(KVMAP_INSTANTIATE_VMAP_CORE)
 
 }  // namespace Impl
 }  // namespace kvmap

@@ -84,17 +84,6 @@ GeneratorScope::GeneratorScope(Randomness mode, const Comm& comm, DeviceSpec dev
   at::Tensor state = generator_.get_state();
   if (mode_ == Randomness::Same) {
     const std::uint64_t nbytes = static_cast<std::uint64_t>(state.numel() * state.element_size());
-    // Every rank sees every size, so all ranks throw alike or none does: never one rank in
-    // the broadcast below while another has left.
-    const std::vector<std::uint64_t> sizes = comm.agree_gather(nullptr, nbytes);
-    std::ostringstream differing;
-    for (std::size_t r = 1; r < sizes.size(); ++r) {
-      if (sizes[r] != sizes[0]) differing << " rank " << r << ": " << sizes[r] << " bytes;";
-    }
-    KVMAP_CHECK(differing.str().empty(), Error,
-                "kvmap::vmap: torch generator states differ in size between ranks (different "
-                "LibTorch builds?): rank 0: "
-                    << sizes[0] << " bytes;" << differing.str());
     state = state.contiguous().clone();
     comm.bcast_bytes(state.data_ptr(), nbytes, 0);
     generator_.set_state(state);
@@ -104,6 +93,13 @@ GeneratorScope::GeneratorScope(Randomness mode, const Comm& comm, DeviceSpec dev
     generator_.set_current_seed(
         mix64(state_hash_ ^ mix64(static_cast<std::uint64_t>(comm.rank()) + 1)) >> 1);
   }
+}
+
+std::uint64_t GeneratorScope::state_bytes(DeviceSpec device) {
+  at::Generator generator = at::globalContext().defaultGenerator(torch_device(device));
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  const at::Tensor state = generator.get_state();
+  return static_cast<std::uint64_t>(state.numel() * state.element_size());
 }
 
 void GeneratorScope::before_chunk() {

@@ -92,38 +92,30 @@ kvmap::Randomness to_randomness(const std::string& r) {
   throw py::value_error("kvmap.vmap: randomness must be 'error', 'same' or 'different', got '" + r + "'");
 }
 
+// The Python front-end of kvmap's one vmap core: it converts the arguments, f and f's
+// results; slot mapping, agreement, chunks and assembly are the core's.
 py::tuple run_vmap(const py::function& func, const kvmap::VmapOptions& options, const py::args& args,
                    const py::kwargs& kwargs) {
-  std::vector<kvmap::Impl::MappedInput> mapped;
-  std::vector<kvmap::Impl::MemorySpan> unmapped;  // what outputs must not share besides `mapped`
-  std::vector<int> slot(args.size(), -1);
-  std::vector<std::shared_ptr<View>> views;
+  // Copies of the DistViews: their memory stays alive for the whole call, even when Python
+  // code on another thread rebinds or rebalances the arguments while the GIL is released.
+  std::vector<View> arrays;
+  std::vector<at::Tensor> tensors;  // keyword tensors: passed whole, never shared by outputs
   for (std::size_t i = 0; i < args.size(); ++i) {
     if (!py::isinstance<PyDistView>(args[i])) {
       throw py::type_error("kvmap.vmap: positional argument " + std::to_string(i) +
                            " must be a kvmap.DistView, got " + std::string(py::str(py::type::of(args[i]))) +
                            " (pass other arguments as keywords)");
     }
-    views.push_back(args[i].cast<PyDistView&>().view);
-    const View& v = *views.back();
-    if (v.split()) {
-      slot[i] = static_cast<int>(mapped.size());
-      mapped.push_back({&v.block(), v.dtype(), &v.layout(), kvmap::Impl::device_of<Kokkos::HostSpace>()});
-    } else {
-      unmapped.push_back(kvmap::Impl::span_of(v.block(), kvmap::size_of(v.dtype())));
-    }
+    arrays.push_back(*args[i].cast<PyDistView&>().view);
   }
   for (auto item : kwargs) {
-    if (THPVariable_Check(item.second.ptr())) unmapped.push_back(kvmap::Impl::span_of(item.second.cast<at::Tensor>()));
+    if (THPVariable_Check(item.second.ptr())) tensors.push_back(item.second.cast<at::Tensor>());
   }
-  const kvmap::Comm comm = views.empty() ? kvmap::Comm::world() : views.front()->comm();
-  kvmap::Impl::BatchedCall call = [&](const std::vector<at::Tensor>& batched) {
+  kvmap::Impl::ArgsCall call = [&](const std::vector<at::Tensor>& per_array) {
     py::gil_scoped_acquire gil;
     try {
       py::tuple pargs(args.size());
-      for (std::size_t i = 0; i < args.size(); ++i) {
-        pargs[i] = py::cast(slot[i] >= 0 ? batched[slot[i]] : views[i]->local());
-      }
+      for (std::size_t i = 0; i < args.size(); ++i) pargs[i] = py::cast(per_array[i]);
       py::object out = func(*pargs, **kwargs);
       std::vector<at::Tensor> outs;
       if (THPVariable_Check(out.ptr())) {
@@ -154,24 +146,20 @@ py::tuple run_vmap(const py::function& func, const kvmap::VmapOptions& options, 
       throw PythonCallError(e.what(), t, v, tb);
     }
   };
-  kvmap::Impl::VmapResult result;
+  std::vector<View> outputs;
   std::exception_ptr failure;
   {
     py::gil_scoped_release release;
     try {
-      result = kvmap::Impl::run_vmap(mapped, options, comm, kvmap::Impl::device_of<Kokkos::HostSpace>(), call,
-                                     &kvmap::Impl::allocate_block<Kokkos::HostSpace>, unmapped);
+      outputs = kvmap::Impl::vmap_core<Kokkos::HostSpace>(arrays, tensors, options, call);
     } catch (...) {
       failure = std::current_exception();
     }
   }
   if (failure) rethrow_for_python(failure);
-  py::tuple outputs(result.blocks.size());
-  for (std::size_t k = 0; k < result.blocks.size(); ++k) {
-    outputs[k] = py::cast(PyDistView(View::from_parts(std::move(result.layouts[k]), result.dtypes[k], comm,
-                                                      std::move(result.blocks[k]))));
-  }
-  return outputs;
+  py::tuple result(outputs.size());
+  for (std::size_t k = 0; k < outputs.size(); ++k) result[k] = py::cast(PyDistView(std::move(outputs[k])));
+  return result;
 }
 
 }  // namespace

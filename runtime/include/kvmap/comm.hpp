@@ -20,9 +20,14 @@ namespace kvmap {
 
 class Comm {
  public:
-  // The (cached) duplicate of MPI_COMM_WORLD.
+  struct Handle;  // opaque: kvmap's duplicate of one user communicator
+
+  // kvmap's duplicate of MPI_COMM_WORLD.
   Comm();
-  // Duplicates `comm` (collective over it); the duplicate is freed with the last copy.
+  // kvmap's duplicate of `comm`: made (collective over `comm`) the first time, the same one
+  // after that, so every Comm of one user communicator shares its state (the stream counter
+  // of kvmap::random). `comm` may be freed right after. Duplicates are freed together before
+  // MPI_Finalize (kvmap::ScopeGuard, Python's exit), never when a Comm is destroyed.
   explicit Comm(MPI_Comm comm);
 
   static Comm world();
@@ -30,6 +35,9 @@ class Comm {
   // Duplicates the communicator with this Fortran handle (what mpi4py's Comm.py2f() gives).
   static Comm from_fortran(std::int64_t handle);
 
+  // The same on every rank of this communicator, different for every other communicator
+  // kvmap has made in this process (part of every collective's agreed signature).
+  std::uint64_t id() const;
   int rank() const { return rank_; }
   int size() const { return size_; }
   MPI_Comm raw() const;
@@ -95,13 +103,6 @@ class Comm {
     if (!all.empty()) std::memcpy(out.data(), all.data(), all.size());
     return out;
   }
-  // agree() for a collective call whose arguments must be identical on every rank:
-  // `signature` describes them (e.g. "empty(gshape=[4, 2], dtype=float64, split=0)").
-  // Ranks whose signature differs from rank 0's throw ValueError naming both, the others
-  // RemoteError. One small collective when everything agrees.
-  void agree_arguments(std::exception_ptr local_error, const std::string& what,
-                       const std::string& signature) const;
-
   // Raises a failure that every rank has detected identically from gathered data: ranks in
   // `failed` throw E(their message), the others RemoteError. `messages` aligns with `failed`.
   template <class E>
@@ -113,9 +114,13 @@ class Comm {
     throw_remote(failed, messages.empty() ? std::string() : messages.front());
   }
 
+  // Writes `message` to stderr and ends the whole job (MPI_Abort): for failures after every
+  // rank has agreed to run a call, when the other ranks can no longer be told.
+  [[noreturn]] void abort(const std::string& message) const;
+
  private:
-  struct Handle;
   explicit Comm(std::shared_ptr<Handle> handle);
+  static std::shared_ptr<Handle> handle_for(MPI_Comm user);
   std::vector<unsigned char> agree_gather_bytes(std::exception_ptr local_error,
                                                 const void* payload, std::size_t nbytes) const;
   [[noreturn]] void throw_remote(const std::vector<int>& failed, const std::string& first) const;
@@ -131,7 +136,8 @@ namespace Impl {
 // Largest element count kvmap passes to one MPI call (INT_MAX unless lowered for tests).
 std::size_t mpi_count_limit();
 void set_mpi_count_limit(std::size_t limit);
-// Releases the cached world communicator (before MPI_Finalize).
+// Frees every duplicate kvmap made (collective, in the same order on every rank; before
+// MPI_Finalize). Comms still held afterwards throw on use.
 void release_cached_comms();
 bool mpi_initialized();
 // Initializes MPI with at least MPI_THREAD_FUNNELED, or checks the thread level of an MPI

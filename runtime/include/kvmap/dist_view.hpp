@@ -5,7 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <exception>
+#include <functional>
 #include <optional>
 #include <type_traits>
 #include <vector>
@@ -24,6 +24,7 @@ class Tensor;
 namespace kvmap {
 
 namespace Impl {
+struct DistViewAccess;
 enum class ViewLayoutKind { Right, Left, Stride };
 template <class L>
 constexpr ViewLayoutKind view_layout_kind() {
@@ -76,7 +77,12 @@ class DistView {
                   "a DistView's memory is writable (local(), redistribution, vmap outputs); pass a "
                   "view of non-const elements, or copy the data first");
     using T = std::remove_cv_t<typename KokkosView::value_type>;
-    return from_local_block(Impl::block_from_view(local), dtype_of<T>(), split, std::move(comm));
+    return from_local_source(
+        [&local](DType& dtype) {
+          dtype = dtype_of<T>();
+          return Impl::block_from_view(local);
+        },
+        split, std::move(comm));
   }
   static DistView from_local(const at::Tensor& local, std::optional<int> split,
                              Comm comm = Comm::world());
@@ -86,11 +92,6 @@ class DistView {
   // Only root's tensor matters; the other ranks may pass an undefined tensor.
   static DistView scatter(const at::Tensor& full_on_root, std::optional<int> split,
                           Comm comm = Comm::world(), int root = 0);
-
-  // For kvmap's own modules: assembles a DistView without communication or checks.
-  static DistView from_parts(Layout layout, DType dtype, Comm comm, Impl::LocalBlock block) {
-    return DistView(std::move(layout), dtype, std::move(comm), std::move(block));
-  }
 
   // ---- shape and placement -----------------------------------------------------------
   const Layout& layout() const { return layout_; }
@@ -103,7 +104,6 @@ class DistView {
   int ndim() const { return layout_.ndim(); }
   const Comm& comm() const { return comm_; }
   bool is_balanced() const { return layout_.is_balanced(); }
-  const Impl::LocalBlock& block() const { return block_; }
   const std::vector<std::int64_t>& local_strides() const { return block_.strides; }
   void* local_data() const { return block_.data; }
 
@@ -143,11 +143,13 @@ class DistView {
   DistView redistribute(const Layout& target) const; // any layout of the same global shape
 
  private:
+  friend struct Impl::DistViewAccess;
   DistView(Layout layout, DType dtype, Comm comm, Impl::LocalBlock block)
       : layout_(std::move(layout)), dtype_(dtype), comm_(std::move(comm)), block_(std::move(block)) {}
-  static DistView from_local_block(Impl::LocalBlock block, DType dtype, std::optional<int> split,
-                                   Comm comm, std::exception_ptr local_error = nullptr);
-  static DistView create(const char* what, Shape gshape, DType dtype, std::optional<int> split,
+  // from_local's collective: `source` (run in the plan) gives this rank's block and dtype.
+  using LocalSource = std::function<Impl::LocalBlock(DType&)>;
+  static DistView from_local_source(const LocalSource& source, std::optional<int> split, Comm comm);
+  static DistView create(const char* site, Shape gshape, DType dtype, std::optional<int> split,
                          Comm comm, int fill, double value);
 
   Layout layout_;

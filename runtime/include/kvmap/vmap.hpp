@@ -55,29 +55,24 @@ at::Tensor sample_normal(at::IntArrayRef shape, at::ScalarType dtype = at::kFloa
 
 namespace Impl {
 
-struct MappedInput {
-  const LocalBlock* block;
-  DType dtype;
-  const Layout* layout;  // split axis normalized
-  DeviceSpec device;
-};
+// Calls the user function with one tensor per DistView argument, in argument order: the
+// batched chunk of a mapped (split) one, the whole local shard of a replicated one.
+using ArgsCall = std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>&)>;
 
-struct VmapResult {
-  std::vector<LocalBlock> blocks;
-  std::vector<DType> dtypes;
-  std::vector<Layout> layouts;
-};
-
-// Calls the user function with one batched tensor per mapped input (in argument order).
-using BatchedCall = std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>&)>;
-using Allocate = LocalBlock (*)(const std::vector<std::int64_t>&, std::size_t);
-
-// The scheduler: validate, agree, run the chunks, agree on the results, assemble.
-// `unmapped_inputs`: the memory of the arguments passed whole (replicated DistViews,
-// tensors), which outputs must not share any more than the mapped inputs' memory.
-VmapResult run_vmap(const std::vector<MappedInput>& inputs, const VmapOptions& options,
-                    const Comm& comm, DeviceSpec device, const BatchedCall& call,
-                    Allocate allocate, const std::vector<MemorySpan>& unmapped_inputs);
+// The one vmap core, compiled once per memory space, called by the C++ and Python
+// front-ends: slot mapping, communicator, agreement, chunks, no-aliasing rule, assembly.
+// `arrays`: the DistView arguments (copies, so their memory lives for the whole call, whatever
+// the caller does meanwhile); `tensors`: the tensor arguments passed whole, which outputs
+// must not share either. Returns one DistView per output of the function.
+template <class M>
+std::vector<DistView<M>> vmap_core(const std::vector<DistView<M>>& arrays, const std::vector<at::Tensor>& tensors,
+                                   const VmapOptions& options, const ArgsCall& call);
+#define KVMAP_EXTERN_VMAP_CORE(Space)                                                                 \
+  extern template std::vector<DistView<Space>> vmap_core<Space>(const std::vector<DistView<Space>>&, \
+                                                                const std::vector<at::Tensor>&,      \
+                                                                const VmapOptions&, const ArgsCall&);
+KVMAP_FOR_EACH_MEMORY_SPACE(KVMAP_EXTERN_VMAP_CORE)
+#undef KVMAP_EXTERN_VMAP_CORE
 
 template <class T>
 struct is_dist_view : std::false_type {};
@@ -157,47 +152,34 @@ class Vmapped {
   template <class... Args>
   auto operator()(Args&&... args) const {
     using M = typename Impl::first_memory_space<std::decay_t<Args>...>::type;
+    static_assert(((!Impl::is_dist_view<std::decay_t<Args>>::value ||
+                    std::is_same_v<std::decay_t<Args>, DistView<M>>) && ...),
+                  "kvmap::vmap: every DistView argument must live in the same memory space");
     using R = std::decay_t<std::invoke_result_t<const F&, Impl::bound_t<Args>...>>;
     using Traits = Impl::output_traits<R>;
 
-    std::vector<Impl::MappedInput> mapped;
-    std::vector<Impl::MemorySpan> unmapped;
-    std::array<int, sizeof...(Args)> slot{};  // index into the batched inputs, or -1
-    std::optional<Comm> comm;
+    std::vector<DistView<M>> arrays;
+    std::vector<at::Tensor> tensors;
+    std::array<int, sizeof...(Args)> slot{};  // index into `arrays`, or -1
     std::size_t i = 0;
     auto collect = [&](const auto& a) {
       using A = std::decay_t<decltype(a)>;
       slot[i] = -1;
       if constexpr (Impl::is_dist_view<A>::value) {
-        if (!comm) comm = a.comm();
-        if (a.split()) {
-          slot[i] = static_cast<int>(mapped.size());
-          mapped.push_back({&a.block(), a.dtype(), &a.layout(),
-                            Impl::device_of<typename A::memory_space>()});
-        } else {
-          unmapped.push_back(Impl::span_of(a.block(), size_of(a.dtype())));
-        }
+        slot[i] = static_cast<int>(arrays.size());
+        arrays.push_back(a);
       } else if constexpr (std::is_same_v<A, at::Tensor>) {
-        unmapped.push_back(Impl::span_of(a));
+        tensors.push_back(a);
       }
       ++i;
     };
     (collect(args), ...);
-    if (!comm) comm = Comm::world();
 
     auto args_ref = std::forward_as_tuple(args...);
-    Impl::BatchedCall call = [&](const std::vector<at::Tensor>& batched) {
-      return call_with(args_ref, slot, batched, std::index_sequence_for<Args...>{});
+    Impl::ArgsCall call = [&](const std::vector<at::Tensor>& per_array) {
+      return call_with(args_ref, slot, per_array, std::index_sequence_for<Args...>{});
     };
-    Impl::VmapResult result =
-        Impl::run_vmap(mapped, options_, *comm, Impl::device_of<M>(), call, &Impl::allocate_block<M>, unmapped);
-    std::vector<DistView<M>> outputs;
-    outputs.reserve(result.blocks.size());
-    for (std::size_t k = 0; k < result.blocks.size(); ++k) {
-      outputs.push_back(DistView<M>::from_parts(std::move(result.layouts[k]), result.dtypes[k], *comm,
-                                                std::move(result.blocks[k])));
-    }
-    return Traits::template from_list<M>(std::move(outputs));
+    return Traits::template from_list<M>(Impl::vmap_core<M>(arrays, tensors, options_, call));
   }
 
   const VmapOptions& options() const { return options_; }
@@ -206,7 +188,8 @@ class Vmapped {
   template <class A>
   static decltype(auto) bind(A& a, int slot, const std::vector<at::Tensor>& batched) {
     if constexpr (Impl::is_dist_view<std::decay_t<A>>::value) {
-      return slot >= 0 ? batched[slot] : a.local();  // replicated: passed whole
+      (void)a;
+      return batched[slot];
     } else {
       (void)slot;
       (void)batched;

@@ -34,7 +34,8 @@ class SampleContextGuard {
 };
 
 // Torch's default generator of the device for the duration of one vmap call.
-//  Same:      every rank starts from rank 0's state (collective), restored before each chunk.
+//  Same:      every rank starts from rank 0's state (a broadcast of state_bytes(), which the
+//             caller has agreed), restored before each chunk.
 //  Different: a per-rank stream derived from the (possibly identical) state and the rank;
 //             afterwards every rank's generator moves on to the same new state.
 //  Error:     untouched.
@@ -45,6 +46,8 @@ class GeneratorScope {
   GeneratorScope(const GeneratorScope&) = delete;
   GeneratorScope& operator=(const GeneratorScope&) = delete;
   void before_chunk();
+  // The size of the device's generator state (what Same mode broadcasts).
+  static std::uint64_t state_bytes(DeviceSpec device);
 
  private:
   Randomness mode_;
