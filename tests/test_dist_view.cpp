@@ -177,6 +177,26 @@ TEST_CASE("bad input raises on every rank with a clear message") {
           "needs the same arguments on every rank");
     }
   }
+  SUBCASE("ranks pass different arrays: the agreement compares their layouts") {
+    if (nranks() > 1) {
+      auto a = View::zeros({6, 2}, DType::Float32, 0);
+      auto b = View::zeros({7, 2}, DType::Float32, 0);
+      const View& mine = me == odd ? b : a;
+      for (const auto& call : std::vector<std::function<void()>>{
+               [&] { mine.gather(0); }, [&] { mine.allgather(); }, [&] { mine.resplit(1); },
+               [&] { mine.balance(); }, [&] { kvmap::linalg::nrm2(mine); }}) {
+        expect_collective_error<kvmap::ValueError>(call, {odd}, "needs the same arguments on every rank");
+      }
+    }
+  }
+  SUBCASE("linalg: operands on different communicators") {
+    auto a = View::zeros({6}, DType::Float64, 0);
+    auto b = View::zeros({6}, DType::Float64, 0, kvmap::Comm(MPI_COMM_SELF));
+    std::vector<int> all;
+    for (int r = 0; r < nranks(); ++r) all.push_back(r);
+    expect_collective_error<kvmap::ValueError>([&] { kvmap::linalg::dot(a, b); }, all,
+                                               "different communicators");
+  }
   SUBCASE("redistribute: layout for the wrong number of ranks") {
     auto d = View::zeros({6}, DType::Float32, 0);
     const auto wrong = kvmap::Layout::balanced({6}, 0, nranks() + 1);
@@ -208,4 +228,36 @@ TEST_CASE("bad input raises on every rank with a clear message") {
     auto ok = View::arange(8, DType::Int32, 0);
     CHECK(ok.allgather().sum().item<int64_t>() == 28);
   }
+}
+
+TEST_CASE("communicators: one duplicate per user communicator, shared state, no MPI when a Comm goes") {
+  const int me = rank();
+  const kvmap::Comm a(MPI_COMM_WORLD), b(MPI_COMM_WORLD);
+  CHECK(a.raw() == b.raw());
+  CHECK(a.id() == world().id());
+  CHECK(kvmap::Comm::self().id() != world().id());
+  for (std::uint64_t id : world().allgather(world().id())) CHECK(id == world().id());
+  // Making and dropping Comms of a known communicator on one rank only is local: no rank
+  // waits for the others (it was an MPI_Comm_dup and an MPI_Comm_free each before).
+  if (me == 0) {
+    for (int i = 0; i < 100; ++i) {
+      kvmap::Comm c(MPI_COMM_WORLD);
+      CHECK(c.id() == world().id());
+    }
+  }
+  // The user may free their communicator right after making a Comm of it.
+  MPI_Comm raw;
+  MPI_Comm_split(MPI_COMM_WORLD, 0, nranks() - 1 - me, &raw);
+  kvmap::Comm reversed(raw);
+  MPI_Comm_free(&raw);
+  CHECK(reversed.id() != world().id());
+  CHECK(reversed.rank() == nranks() - 1 - me);
+  const auto ids = reversed.allgather(reversed.id());
+  for (std::uint64_t id : ids) CHECK(id == reversed.id());
+  auto v = View::arange(10, DType::Int64, 0, reversed);
+  CHECK(bit_equal(v.allgather(), at::arange(10, at::kLong)));
+  // Unseeded draws with a fresh Comm of the same communicator each time continue one stream.
+  const at::Tensor first = kvmap::random::uniform<TestMemSpace>({8}, DType::Float64, 0, kvmap::Comm(MPI_COMM_WORLD)).allgather();
+  const at::Tensor second = kvmap::random::uniform<TestMemSpace>({8}, DType::Float64, 0, kvmap::Comm(MPI_COMM_WORLD)).allgather();
+  CHECK_FALSE(at::equal(first, second));
 }

@@ -9,6 +9,10 @@
 #include <random>
 
 #include "kvmap/impl/fault_injection.hpp"
+#include "support/entry_points.hpp"
+
+#include <sys/resource.h>
+#include <cmath>
 
 using namespace kvmap_test;
 using kvmap::DType;
@@ -21,6 +25,16 @@ std::vector<int> all_ranks() {
   std::vector<int> r;
   for (int i = 0; i < nranks(); ++i) r.push_back(i);
   return r;
+}
+
+// Virtual memory size of this process in bytes (Linux).
+std::uint64_t vm_size_bytes() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmSize:", 0) == 0) return std::stoull(line.substr(7)) * 1024;
+  }
+  return 0;
 }
 
 // Resident set size of this process in MiB (Linux).
@@ -82,47 +96,85 @@ class KokkosAllocations {
 
 }  // namespace
 
-TEST_CASE("a fault on one rank at every collective entry point is agreed, and the communicator survives") {
+TEST_CASE("a fault on one rank in the plan of every collective entry point is agreed, and the communicator survives") {
   const int odd = odd_rank();
-  auto x = View::from_global(pattern({4 * nranks() + 2, 3}, at::kDouble, 1), 0);
+  const at::Tensor xs = pattern({4 * nranks() + 2, 3}, at::kDouble, 1);
+  auto x = View::from_global(xs, 0);
   auto y = View::from_global(pattern({4 * nranks() + 2, 3}, at::kDouble, 2), 0);
-  const at::Tensor full = pattern({5, 4}, at::kFloat, 3);
-  struct Site {
-    const char* name;
-    std::function<void()> call;
-  };
-  const std::vector<Site> sites = {
-      {"DistView::empty", [] { View::empty({6, 2}, DType::Float32, 0); }},
-      {"DistView::zeros", [] { View::zeros({6, 2}, DType::Float32, 0); }},
-      {"DistView::full", [] { View::full({6, 2}, 1.5, DType::Float64, 1); }},
-      {"DistView::arange", [] { View::arange(9, DType::Int64, 0); }},
-      {"DistView::from_local", [] { View::from_local(at::zeros({2, 3}), 0); }},
-      {"DistView::from_global", [&] { View::from_global(full, 1); }},
-      {"DistView::scatter", [&] { View::scatter(rank() == 0 ? full : at::Tensor(), 0); }},
-      {"DistView::redistribute", [&] { x.redistribute(Layout::balanced(x.gshape(), 1, nranks())); }},
-      {"DistView::resplit", [&] { x.resplit(1); }},
-      {"DistView::balance", [&] { x.balance(); }},
-      {"DistView::gather", [&] { x.gather(0); }},
-      {"DistView::allgather", [&] { x.allgather(); }},
-      {"random::uniform", [] { kvmap::random::uniform<TestMemSpace>({8}, DType::Float32, 0); }},
-      {"random::normal", [] { kvmap::random::normal<TestMemSpace>({8}, DType::Float64, 0); }},
-      {"manual_seed", [] { kvmap::manual_seed(3); }},
-      {"linalg::dot", [&] { kvmap::linalg::dot(x, y); }},
-      {"linalg::nrm2", [&] { kvmap::linalg::nrm2(x); }},
-      {"linalg::axpby", [&] { kvmap::linalg::axpby(1.0, x, 0.0, y); }},
-      {"vmap", [&] { kvmap::vmap([](const at::Tensor& v) { return v * 2; })(x); }},
-  };
+  const auto sites = entry_points(x, y, odd);
+  CHECK(sites.size() == 19);
   const auto before = kvmap::Impl::faults_injected();
-  for (const Site& site : sites) {
+  for (const EntryPoint& site : sites) {
     INFO("site " << site.name);
-    kvmap::Impl::arm_fault(site.name, odd);
+    kvmap::Impl::arm_fault(site.name, odd, kvmap::Impl::FaultPhase::Plan);
     expect_collective_error<kvmap::Error>(site.call, {odd}, std::string("injected fault at ") + site.name);
     kvmap::Impl::disarm_faults();
-    // The same communicator carries on.
-    CHECK(bit_equal(x.allgather(), pattern({4 * nranks() + 2, 3}, at::kDouble, 1)));
+    // The same communicator carries on, and the arrays are unchanged (axpby wrote nothing).
+    CHECK(bit_equal(x.allgather(), xs));
+    CHECK(bit_equal(y.allgather(), pattern({4 * nranks() + 2, 3}, at::kDouble, 2)));
   }
   if (rank() == odd) CHECK(kvmap::Impl::faults_injected() - before == sites.size());
 }
+
+TEST_CASE("an allocation that fails on one rank is agreed at every entry point that allocates") {
+  // Every allocation is part of the plan: the failure is agreed like bad input, nothing
+  // hangs, and the communicator survives. Entry points that allocate nothing on that rank
+  // succeed and leave the fault armed.
+  const int odd = odd_rank();
+  const at::Tensor xs = pattern({4 * nranks() + 2, 3}, at::kDouble, 1);
+  auto x = View::from_global(xs, 0);
+  auto y = View::from_global(pattern({4 * nranks() + 2, 3}, at::kDouble, 2), 0);
+  for (const EntryPoint& site : entry_points(x, y, odd)) {
+    INFO("site " << site.name);
+    const auto before = kvmap::Impl::faults_injected();
+    if (rank() == odd) kvmap::Impl::arm_fault("allocate", -1);
+    if (site.allocates) {
+      expect_collective_error<kvmap::Error>(site.call, {odd}, "injected fault at allocate");
+      if (rank() == odd) CHECK(kvmap::Impl::faults_injected() - before == 1);
+    } else {
+      CHECK_NOTHROW(site.call());
+      CHECK(kvmap::Impl::faults_injected() == before);
+    }
+    kvmap::Impl::disarm_faults();
+    CHECK(bit_equal(x.allgather(), xs));
+  }
+}
+
+#if !defined(__SANITIZE_ADDRESS__)
+TEST_CASE("gather to a rank short of memory: every rank throws, none waits in the exchange") {
+  // The root's address space is capped below what the gathered array needs: Kokkos' real
+  // allocation fails there, in the plan, and the failure is agreed.
+  const int root = odd_rank();
+  const int64_t n = int64_t(32) << 20;  // 256 MiB of float64 in all
+  auto x = View::empty({n}, DType::Float64, 0);
+  rlimit saved{};
+  getrlimit(RLIMIT_AS, &saved);
+  if (rank() == root) {
+    rlimit capped = saved;
+    capped.rlim_cur = static_cast<rlim_t>(vm_size_bytes() + (std::uint64_t(64) << 20));
+    REQUIRE(setrlimit(RLIMIT_AS, &capped) == 0);
+  }
+  bool root_failed = false;
+  try {
+    x.gather(root);
+  } catch (const kvmap::RemoteError& e) {
+    CHECK(rank() != root);
+    CHECK(e.failed_ranks() == std::vector<int>{root});
+  } catch (const std::exception& e) {
+    root_failed = true;
+    CHECK(rank() == root);
+    INFO("root: " << e.what());
+  }
+  if (rank() == root) {
+    setrlimit(RLIMIT_AS, &saved);
+    CHECK(root_failed);
+  }
+  // The communicator carries on.
+  const auto sizes = world().allgather(static_cast<int>(root_failed));
+  CHECK(sizes[root] == 1);
+  CHECK(kvmap::linalg::nrm2(View::full({10}, 2.0, DType::Float64, 0)) == doctest::Approx(std::sqrt(40.0)));
+}
+#endif
 
 TEST_CASE("property: random redistribution sequences preserve the array bit for bit") {
   std::mt19937_64 rng(20261202);  // the same stream on every rank

@@ -618,6 +618,19 @@ TEST_CASE("errors are raised on every rank with clear messages") {
       CHECK(at::equal(kvmap::vmap([](const at::Tensor& a) { return a + 1; })(x).allgather(), x.allgather() + 1));
     }
   }
+  SUBCASE("arrays on different communicators, replicated arguments that differ") {
+    auto add = [](const at::Tensor& a, const at::Tensor& b) { return a + b.sum(); };
+    auto alone = View::zeros({2 * P, 3}, DType::Float32, 0, kvmap::Comm(MPI_COMM_SELF));
+    expect_collective_error<kvmap::ValueError>([&] { kvmap::vmap(add)(x, alone); }, all_ranks(),
+                                               "lives on another communicator");
+    if (P > 1) {
+      // Replicated arguments are part of the agreed signature too.
+      auto r3 = View::zeros({3}, DType::Float32, std::nullopt);
+      auto r4 = View::zeros({4}, DType::Float32, std::nullopt);
+      expect_collective_error<kvmap::ValueError>([&] { kvmap::vmap(add)(x, me == odd ? r4 : r3); }, {odd},
+                                                 "needs the same arguments on every rank");
+    }
+  }
   SUBCASE("options differ between ranks") {
     if (P > 1) {
       expect_collective_error<kvmap::ValueError>(

@@ -36,14 +36,14 @@ template <class M>
 void check_pair(const DistView<M>& x, const DistView<M>& y, const char* what) {
   check_operand(x, what, "x");
   check_operand(y, what, "y");
+  KVMAP_CHECK(x.comm().id() == y.comm().id(), ValueError,
+              "kvmap::linalg::" << what << ": x and y live on different communicators");
   KVMAP_CHECK(x.layout() == y.layout(), ValueError,
               "kvmap::linalg::" << what << ": x and y need equal layouts, got " << x.layout()
                                 << " and " << y.layout());
   KVMAP_CHECK(x.dtype() == y.dtype(), TypeError,
               "kvmap::linalg::" << what << ": x is " << name(x.dtype()) << " but y is "
                                 << name(y.dtype()));
-  KVMAP_CHECK(x.comm().id() == y.comm().id(), ValueError,
-              "kvmap::linalg::" << what << ": x and y live on different communicators");
 }
 
 // What every rank must pass alike: the operands' layouts, dtypes and communicators.

@@ -317,6 +317,16 @@ def test_random_arrays_do_not_depend_on_ranks():
     assert float(u.min()) >= 0.0 and float(u.max()) < 1.0
 
 
+def test_unseeded_draws_on_a_passed_communicator_continue_one_stream():
+    # Every call converts MPI.COMM_WORLD anew; kvmap keeps one duplicate (and one stream
+    # counter) per user communicator, so the draws go on instead of repeating.
+    first = gathered(kvmap.random.rand(8, split=0, comm=MPI.COMM_WORLD))
+    second = gathered(kvmap.random.rand(8, split=0, comm=MPI.COMM_WORLD))
+    assert not torch.equal(first, second)
+    third = gathered(kvmap.random.rand(8, split=0))  # comm=None: the same world communicator
+    assert not torch.equal(third, first) and not torch.equal(third, second)
+
+
 def test_exception_on_one_rank_only():
     odd = 1 if P > 1 else 0
     x = kvmap.ones(2 * P, 3, split=0)
