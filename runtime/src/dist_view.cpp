@@ -10,6 +10,7 @@
 #include "kvmap/tensor_bridge.hpp"
 
 #include "collective.hpp"
+#include "dist_view_access.hpp"
 
 namespace kvmap {
 
@@ -56,31 +57,20 @@ void check_local_view(DType have, DType want, const LocalBlock& block, int rank,
 template <class M>
 DistView<M> DistView<M>::create(const char* site, Shape gshape, DType dtype,
                                 std::optional<int> split, Comm comm, int fill, double value) {
-  struct Plan {
-    Layout layout;
-    Impl::LocalBlock block;
-  };
-  return Impl::collective(
-      site, comm,
-      [&](Impl::Signature& sig, Impl::NoPayload&) {
-        sig.arg("gshape", gshape).arg("dtype", static_cast<int>(dtype)).arg("split", split);
+  return Impl::new_balanced<M>(
+      site, gshape, dtype, split, comm,
+      [&](Impl::Signature& sig) {
         if (fill == 2) sig.arg("value", value);
-        dtype_from_int(static_cast<int>(dtype));
-        Layout layout = Layout::balanced(gshape, split, comm.size());
-        Impl::LocalBlock block = Impl::allocate_block<M>(layout.lshape(comm.rank()), size_of(dtype));
-        if (fill != 0) {
-          at::Tensor t = Impl::tensor_from_block(block, dtype, Impl::device_of<M>());
-          if (fill == 1) t.zero_();
-          if (fill == 2) t.fill_(value);
-          if (fill == 3) {
-            const std::int64_t off = layout.is_replicated() ? 0 : layout.offset(comm.rank());
-            at::arange_out(t, off, off + t.numel(), 1);
-          }
-        }
-        return Plan{std::move(layout), std::move(block)};
       },
-      [&](Plan& plan, const std::vector<Impl::NoPayload>&) {
-        return DistView(std::move(plan.layout), dtype, comm, std::move(plan.block));
+      [&](DistView& view) {
+        if (fill == 0) return;
+        at::Tensor t = view.local();
+        if (fill == 1) t.zero_();
+        if (fill == 2) t.fill_(value);
+        if (fill == 3) {
+          const std::int64_t off = view.split() ? view.layout().offset(comm.rank()) : 0;
+          at::arange_out(t, off, off + t.numel(), 1);
+        }
       });
 }
 

@@ -3,6 +3,8 @@
 // without communication or checks (the parts were planned and agreed by the caller).
 #include "kvmap/dist_view.hpp"
 
+#include "collective.hpp"
+
 namespace kvmap::Impl {
 
 struct DistViewAccess {
@@ -15,5 +17,27 @@ struct DistViewAccess {
     return DistView<M>(std::move(layout), dtype, std::move(comm), std::move(block));
   }
 };
+
+// A collective factory: a new DistView of the balanced layout of gshape. Its plan records
+// the arguments (describe(signature), which may also check them), allocates this rank's
+// block and fills it (fill(view): local kernels only, so a failure is still agreed); the
+// agreement follows; nothing runs after it.
+template <class M, class Describe, class Fill>
+DistView<M> new_balanced(const char* site, const Shape& gshape, DType dtype, std::optional<int> split,
+                         const Comm& comm, Describe&& describe, Fill&& fill) {
+  return collective(
+      site, comm,
+      [&](Signature& sig, NoPayload&) {
+        sig.arg("gshape", gshape).arg("dtype", static_cast<int>(dtype)).arg("split", split);
+        describe(sig);
+        dtype_from_int(static_cast<int>(dtype));
+        Layout layout = Layout::balanced(gshape, split, comm.size());
+        LocalBlock block = allocate_block<M>(layout.lshape(comm.rank()), size_of(dtype));
+        DistView<M> view = DistViewAccess::make<M>(std::move(layout), dtype, comm, std::move(block));
+        fill(view);
+        return view;
+      },
+      [](DistView<M>& view, const std::vector<NoPayload>&) { return std::move(view); });
+}
 
 }  // namespace kvmap::Impl

@@ -74,29 +74,19 @@ DistView<M> make_random(const char* site, Shape gshape, DType dtype, std::option
   // communicator, on every rank whatever happens next, and every rank must use the same key:
   // agreed with the arguments.
   const Impl::StreamState state = seed ? Impl::StreamState{*seed, 0} : Impl::next_stream(comm);
-  struct Plan {
-    Layout layout;
-    Impl::LocalBlock block;
-  };
-  return Impl::collective(
-      site, comm,
-      [&](Impl::Signature& sig, Impl::NoPayload&) {
-        sig.arg("gshape", gshape).arg("dtype", static_cast<int>(dtype)).arg("split", split).arg("stream",
-                                                                                               state.describe());
+  return Impl::new_balanced<M>(
+      site, gshape, dtype, split, comm,
+      [&](Impl::Signature& sig) {
+        sig.arg("stream", state.describe());
         KVMAP_CHECK(dtype == DType::Float32 || dtype == DType::Float64, TypeError,
                     "kvmap::" << site << ": dtype must be float32 or float64, got " << name(dtype));
-        Layout layout = Layout::balanced(gshape, split, comm.size());
-        Impl::LocalBlock block = Impl::allocate_block<M>(layout.lshape(comm.rank()), size_of(dtype));
-        return Plan{std::move(layout), std::move(block)};
       },
-      [&](Plan& plan, const std::vector<Impl::NoPayload>&) {
-        DistView<M> out = Impl::DistViewAccess::make<M>(std::move(plan.layout), dtype, comm, std::move(plan.block));
+      [&](DistView<M>& out) {
         if (dtype == DType::Float32) {
           fill_random<M, float>(out, state.key(), dist);
         } else {
           fill_random<M, double>(out, state.key(), dist);
         }
-        return out;
       });
 }
 

@@ -65,13 +65,40 @@ kvmap::DType dtype_of(const py::object& dtype, kvmap::DType fallback) {
 }
 
 // A Python exception raised by the user's function, held as C++ state until the scheduler
-// has agreed on the failure; then restored as the very same Python exception.
-struct PythonCallError : kvmap::Error {
-  PyObject* type;
-  PyObject* value;
-  PyObject* traceback;
+// has agreed on the failure; then restored as the very same Python exception. The references
+// are dropped (under the GIL, from any thread) with the last copy of the C++ exception, so an
+// exception that is not restored (a later chunk's, a remote rank's) keeps no traceback or
+// frames alive.
+class PythonCallError : public kvmap::Error {
+ public:
   PythonCallError(const std::string& what, PyObject* t, PyObject* v, PyObject* tb)
-      : kvmap::Error(what), type(t), value(v), traceback(tb) {}
+      : kvmap::Error(what), state_(std::make_shared<State>(t, v, tb)) {}
+  // Sets the Python error indicator to this exception (new references).
+  void restore() const {
+    Py_XINCREF(state_->type);
+    Py_XINCREF(state_->value);
+    Py_XINCREF(state_->traceback);
+    PyErr_Restore(state_->type, state_->value, state_->traceback);
+  }
+
+ private:
+  struct State {
+    PyObject* type;
+    PyObject* value;
+    PyObject* traceback;
+    State(PyObject* t, PyObject* v, PyObject* tb) : type(t), value(v), traceback(tb) {}
+    State(const State&) = delete;
+    State& operator=(const State&) = delete;
+    ~State() {
+      if (!Py_IsInitialized()) return;
+      const PyGILState_STATE gil = PyGILState_Ensure();
+      Py_XDECREF(type);
+      Py_XDECREF(value);
+      Py_XDECREF(traceback);
+      PyGILState_Release(gil);
+    }
+  };
+  std::shared_ptr<State> state_;
 };
 
 // A Python error raised on this rank comes back with its type and traceback; anything else
@@ -80,7 +107,7 @@ struct PythonCallError : kvmap::Error {
   try {
     std::rethrow_exception(e);
   } catch (const PythonCallError& err) {
-    PyErr_Restore(err.type, err.value, err.traceback);  // steals the references
+    err.restore();
     throw py::error_already_set();
   }
 }
@@ -173,7 +200,7 @@ PYBIND11_MODULE(_kvmap, m) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const PythonCallError& e) {
-      PyErr_Restore(e.type, e.value, e.traceback);
+      e.restore();
     } catch (const kvmap::RemoteError& e) {
       py::object exc = py::handle(remote.ptr())(e.what());
       exc.attr("failed_ranks") = py::cast(e.failed_ranks());

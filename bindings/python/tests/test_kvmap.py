@@ -327,6 +327,30 @@ def test_unseeded_draws_on_a_passed_communicator_continue_one_stream():
     assert not torch.equal(third, first) and not torch.equal(third, second)
 
 
+def test_a_failed_call_keeps_no_frames_alive():
+    # f fails on its first chunk on every rank: no further chunk runs, and once the exception
+    # is handled nothing of the failed call (exception, traceback, frames) stays alive.
+    import gc
+    import weakref
+
+    class Marker:
+        pass
+
+    refs = []
+
+    def f(v):
+        marker = Marker()
+        refs.append(weakref.ref(marker))
+        raise KeyError("boom")
+
+    x = kvmap.ones(4 * P, 3, split=0)
+    with pytest.raises(KeyError, match="boom"):
+        kvmap.vmap(f, chunk_size=1)(x)
+    gc.collect()
+    assert len(refs) == 1
+    assert refs[0]() is None
+
+
 def test_exception_on_one_rank_only():
     odd = 1 if P > 1 else 0
     x = kvmap.ones(2 * P, 3, split=0)
