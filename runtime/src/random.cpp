@@ -24,17 +24,21 @@ std::uint64_t splitmix64(std::uint64_t x) {
 
 enum class Distribution { Uniform, Normal };
 
+// What the fill kernel captures (at namespace scope: CUDA's extended lambdas cannot capture
+// function-local types).
+struct FillGeometry {
+  int ndim;
+  std::int64_t lext[Impl::kMaxRank];
+  std::int64_t gstride[Impl::kMaxRank];
+  std::int64_t lo[Impl::kMaxRank];
+};
+
 template <class M, class T>
 void fill_random(const DistView<M>& out, std::uint64_t key, Distribution dist) {
   using Exec = typename DistView<M>::execution_space;
   const Layout& L = out.layout();
   const int ndim = L.ndim();
-  struct Geometry {
-    int ndim;
-    std::int64_t lext[Impl::kMaxRank];
-    std::int64_t gstride[Impl::kMaxRank];
-    std::int64_t lo[Impl::kMaxRank];
-  } g{};
+  FillGeometry g{};
   g.ndim = ndim;
   std::int64_t stride = 1;
   for (int d = ndim - 1; d >= 0; --d) {

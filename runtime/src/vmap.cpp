@@ -472,6 +472,7 @@ CoreResult run_core(const std::vector<ArrayArg>& arrays, const std::vector<Memor
   std::exception_ptr error;
   LocalRun local;
   std::vector<Layout> layouts;
+  std::vector<LocalBlock> blocks;
   arguments.execute([&] {
     GeneratorScope generator(options.randomness(), comm, device);
     try {
@@ -483,7 +484,9 @@ CoreResult run_core(const std::vector<ArrayArg>& arrays, const std::vector<Memor
         ChunkRunner runner{arrays, locals, options, call, generator, device, lead.offset(me), stream.key()};
         local = run_local(options, n_local, runner, allocate, input_spans);
         count_chunks(static_cast<std::uint64_t>(local.chunks));
+        // Everything assembly needs from the outputs, checked before the result agreement.
         for (const OutputMeta& m : local.metas) layouts.push_back(output_layout(m, plan->batch, counts));
+        for (const at::Tensor& t : local.outputs) blocks.push_back(block_from_tensor(t));
       }
     } catch (...) {
       error = std::current_exception();
@@ -508,8 +511,7 @@ CoreResult run_core(const std::vector<ArrayArg>& arrays, const std::vector<Memor
     for (std::size_t k = 0; k < agreed.size(); ++k) {
       const DType dt = static_cast<DType>(agreed[k].dtype);
       Layout layout = n_local > 0 ? std::move(layouts[k]) : output_layout(agreed[k], plan->batch, counts);
-      result.blocks.push_back(n_local > 0 ? block_from_tensor(local.outputs[k])
-                                          : allocate(layout.lshape(me), size_of(dt)));
+      result.blocks.push_back(n_local > 0 ? std::move(blocks[k]) : allocate(layout.lshape(me), size_of(dt)));
       result.dtypes.push_back(dt);
       result.layouts.push_back(std::move(layout));
     }
