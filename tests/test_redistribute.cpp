@@ -301,6 +301,10 @@ TEST_CASE("linalg: dot, nrm2, axpby against torch on the gathered arrays") {
   CHECK(kvmap::linalg::nrm2(zeros) == 0.0);
   auto with_inf = View::from_global(at::tensor({1.0, std::numeric_limits<double>::infinity(), 2.0}, at::kDouble), 0);
   CHECK(std::isinf(kvmap::linalg::nrm2(with_inf)));
+  // inf on one rank next to huge values on another: still inf (rescaling must not make NaN).
+  auto inf_and_huge = View::from_global(
+      at::tensor({std::numeric_limits<double>::infinity(), 1e300, 1e300, 1e300}, at::kDouble), 0);
+  CHECK(std::isinf(kvmap::linalg::nrm2(inf_and_huge)));
   auto with_nan = View::from_global(at::tensor({1.0, std::numeric_limits<double>::quiet_NaN(), 2.0}, at::kDouble), 0);
   CHECK(std::isnan(kvmap::linalg::nrm2(with_nan)));
   // Bad input is detected on every rank.

@@ -137,6 +137,17 @@ double nrm2(const DistView<M>& x) {
         return true;
       },
       [](bool, const std::vector<ScaledSsq>& parts) {
+        // An infinite or NaN part decides the norm (inf, or NaN when any part is NaN); it is not
+        // rescaled, since inf * (a tiny ratio squared, 0) would make NaN of it.
+        double special = 0.0;
+        bool any_special = false;
+        for (const ScaledSsq& p : parts) {
+          if (!std::isfinite(p.ssq)) {
+            special += p.ssq;
+            any_special = true;
+          }
+        }
+        if (any_special) return special;
         // Combined in rank order, rescaled to the largest scale: the same result on every rank.
         double scale = 0.0;
         for (const ScaledSsq& p : parts) scale = std::max(scale, p.scale);

@@ -331,10 +331,12 @@ LocalRun run_local(const VmapOptions& options, std::int64_t n_local, const Chunk
       write(start, runner.run_next(start, len, expected));
     } catch (...) {
       failed.store(true);
+      // A replaced error is released after the lock (its destructor may wait for the GIL).
+      std::exception_ptr mine = std::current_exception();
       std::lock_guard<std::mutex> lock(error_mutex);
       if (c < failed_chunk) {
         failed_chunk = c;
-        error = std::current_exception();
+        std::swap(error, mine);
       }
     }
   };

@@ -90,7 +90,11 @@ class PythonCallError : public kvmap::Error {
     State(const State&) = delete;
     State& operator=(const State&) = delete;
     ~State() {
-      if (!Py_IsInitialized()) return;
+#if PY_VERSION_HEX >= 0x030D0000
+      if (!Py_IsInitialized() || Py_IsFinalizing()) return;
+#else
+      if (!Py_IsInitialized() || _Py_IsFinalizing()) return;
+#endif
       const PyGILState_STATE gil = PyGILState_Ensure();
       Py_XDECREF(type);
       Py_XDECREF(value);
@@ -255,14 +259,26 @@ PYBIND11_MODULE(_kvmap, m) {
       .def_property_readonly("comm_size", [](const PyDistView& d) { return d.view->comm().size(); })
       .def_property_readonly("comm_rank", [](const PyDistView& d) { return d.view->comm().rank(); })
       .def("is_balanced", [](const PyDistView& d) { return d.view->is_balanced(); })
+      // The source is copied and the result assigned with the GIL held: another Python
+      // thread never sees the DistView half replaced.
       .def("balance_", [](PyDistView& d) {
-        py::gil_scoped_release release;
-        *d.view = d.view->balance();
+        const View source = *d.view;
+        std::optional<View> result;
+        {
+          py::gil_scoped_release release;
+          result.emplace(source.balance());
+        }
+        *d.view = std::move(*result);
       })
       .def("resplit_", [](PyDistView& d, const py::object& axis) {
         const auto split = to_split(axis);
-        py::gil_scoped_release release;
-        *d.view = d.view->resplit(split);
+        const View source = *d.view;
+        std::optional<View> result;
+        {
+          py::gil_scoped_release release;
+          result.emplace(source.resplit(split));
+        }
+        *d.view = std::move(*result);
       })
       .def("gather", [](const PyDistView& d, int root) -> py::object {
         at::Tensor t;
