@@ -260,8 +260,10 @@ PYBIND11_MODULE(_kvmap, m) {
       .def_property_readonly("comm_rank", [](const PyDistView& d) { return d.view->comm().rank(); })
       .def("is_balanced", [](const PyDistView& d) { return d.view->is_balanced(); })
       // The source is copied and the result assigned with the GIL held: another Python
-      // thread never sees the DistView half replaced.
-      .def("balance_", [](PyDistView& d) {
+      // thread never sees the DistView half replaced. Both return the array itself, as
+      // Heat's in-place methods do (`x.resplit_(None).larray`).
+      .def("balance_", [](py::object self) {
+        PyDistView& d = self.cast<PyDistView&>();
         const View source = *d.view;
         std::optional<View> result;
         {
@@ -269,8 +271,10 @@ PYBIND11_MODULE(_kvmap, m) {
           result.emplace(source.balance());
         }
         *d.view = std::move(*result);
+        return self;
       })
-      .def("resplit_", [](PyDistView& d, const py::object& axis) {
+      .def("resplit_", [](py::object self, const py::object& axis) {
+        PyDistView& d = self.cast<PyDistView&>();
         const auto split = to_split(axis);
         const View source = *d.view;
         std::optional<View> result;
@@ -279,6 +283,7 @@ PYBIND11_MODULE(_kvmap, m) {
           result.emplace(source.resplit(split));
         }
         *d.view = std::move(*result);
+        return self;
       })
       .def("gather", [](const PyDistView& d, int root) -> py::object {
         at::Tensor t;

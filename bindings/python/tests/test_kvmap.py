@@ -282,11 +282,13 @@ def test_balance_and_resplit_in_place():
     piece = full if ME == P - 1 else full[:0]
     d = kvmap.array(piece, is_split=0)
     assert d.lshape_map[:, 0].tolist() == counts
-    d.balance_()
+    assert d.balance_() is d  # in-place methods return the array, as Heat's do
     assert d.is_balanced()
     assert torch.equal(gathered(d), full)
-    d.resplit_(1)
+    assert d.resplit_(1) is d
     assert d.split == 1
+    assert torch.equal(d.resplit_(None).larray, full)  # Heat's idiom
+    d.resplit_(1)
     assert torch.equal(torch.from_numpy(d.numpy()), full)
     g = d.gather()
     assert (g is not None) == (ME == 0)
