@@ -12,7 +12,7 @@ int main(int argc, char** argv) {
     at::Tensor mine = x.local();  // zero-copy: shares memory with the Kokkos allocation
     mine.mul_(2.0);               // so writes are visible to kvmap
     auto everywhere = x.resplit(std::nullopt);  // replicated: every rank has all 10 rows
-    if (!at::equal(everywhere.local(), at::arange(10, at::kDouble) * 2)) return 1;
+    if (!at::equal(everywhere.local(), at::arange(10, mine.options()) * 2)) return 1;
   }
   return 0;
 }

@@ -17,6 +17,8 @@
 #include <thread>
 
 #include "kvmap/config.hpp"
+#include "kvmap/kvmap.hpp"
+#include "kvmap/tensor_bridge.hpp"
 
 namespace kvmap_perf {
 
@@ -46,6 +48,9 @@ std::vector<Timing> measure_interleaved(const kvmap::Comm& comm, const Settings&
       comm.barrier();
       const auto t0 = std::chrono::steady_clock::now();
       ops[k]();
+      // On a GPU backend the work is asynchronous: a timed call ends when the device is idle
+      // (Kokkos::fence synchronizes the device, torch's streams included).
+      if (!on_host()) Kokkos::fence();
       const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       samples[k].push_back(comm.allreduce_max(dt));
     }
@@ -53,6 +58,12 @@ std::vector<Timing> measure_interleaved(const kvmap::Comm& comm, const Settings&
   std::vector<Timing> out;
   for (auto& v : samples) out.push_back(summarize(std::move(v)));
   return out;
+}
+
+bool on_host() { return Kokkos::SpaceAccessibility<Kokkos::HostSpace, kvmap::DistView<>::memory_space>::accessible; }
+
+at::Device data_device() {
+  return kvmap::Impl::torch_device(kvmap::Impl::device_of<kvmap::DistView<>::memory_space>());
 }
 
 Timing measure(const kvmap::Comm& comm, const Settings& s, const std::function<void()>& op,

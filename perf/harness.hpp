@@ -1,5 +1,7 @@
 #pragma once
 // kvmap-perf's measuring kit: repeated timed runs across ranks, records, output.
+#include <c10/core/Device.h>
+
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -22,6 +24,11 @@ struct Timing {
   double median = 0, min = 0, max = 0;
   int reps = 0;
 };
+
+// Whether kvmap-perf's arrays (DistView<>, the default memory space) live in host memory, and
+// the torch device they map to (scenarios put their tensors there).
+bool on_host();
+at::Device data_device();
 
 // Times `op` (after `warmup` untimed calls) on every rank of comm.
 Timing measure(const kvmap::Comm& comm, const Settings& s, const std::function<void()>& op,

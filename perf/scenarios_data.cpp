@@ -87,6 +87,11 @@ void run_alltoallv(const kvmap::Comm& comm, RawExchange& x) {
 
 void scenario_redistribution(Report& report) {
   const auto& comm = report.comm();
+  if (!on_host()) {
+    // The raw MPI references read host memory (a GPU-aware MPI is not assumed).
+    report.progress("redistribution: skipped, the arrays are in device memory");
+    return;
+  }
   const int P = comm.size(), me = comm.rank();
   std::vector<std::int64_t> mib = report.settings().quick ? std::vector<std::int64_t>{8, 64}
                                                           : std::vector<std::int64_t>{8, 64, 512};
@@ -178,6 +183,10 @@ void scenario_redistribution(Report& report) {
 
 void scenario_native(Report& report) {
   const auto& comm = report.comm();
+  if (!on_host()) {
+    report.progress("native: skipped, its KokkosBatched reference runs on the host");
+    return;
+  }
   using Host = Kokkos::DefaultHostExecutionSpace;
   const std::int64_t n = report.settings().quick ? 20000 : 100000, m = 8;
   report.progress("native: batched " + std::to_string(m) + "x" + std::to_string(m) + " GEMM, " + std::to_string(n) + " per rank");

@@ -14,7 +14,7 @@ namespace {
 using View = kvmap::DistView<>;
 
 at::Tensor seeded_randn(at::IntArrayRef shape, std::uint64_t seed) {
-  return at::randn(shape, at::detail::createCPUGenerator(seed), at::TensorOptions().dtype(at::kFloat));
+  return at::randn(shape, at::detail::createCPUGenerator(seed), at::TensorOptions().dtype(at::kFloat)).to(data_device());
 }
 
 // The same batch through functorch directly: one vmap level around the local tensor.

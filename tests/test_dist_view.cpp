@@ -21,7 +21,7 @@ TEST_CASE("factories: shapes, values and layouts") {
   CHECK(f.lshape() == Shape{4, f.layout().count(me)});
 
   auto a = View::arange(11, DType::Int64, 0);
-  at::Tensor expect = at::arange(a.layout().offset(me), a.layout().offset(me) + a.layout().count(me), at::kLong);
+  at::Tensor expect = at::arange(a.layout().offset(me), a.layout().offset(me) + a.layout().count(me), on_device(at::kLong));
   CHECK(at::equal(a.local(), expect));
 
   auto r = View::full({3}, 1.0, DType::Int32, std::nullopt);
@@ -98,12 +98,12 @@ TEST_CASE("from_local adopts Kokkos views without copying") {
 
 TEST_CASE("from_local adopts tensors without copying, any non-negative strides") {
   kvmap::reset_stats();
-  at::Tensor base = at::arange(24, at::kFloat).reshape({4, 6});
+  at::Tensor base = at::arange(24, on_device(at::kFloat)).reshape({4, 6});
   at::Tensor t = base.t();  // non-contiguous
   auto d = View::from_local(t, 1);
   CHECK(d.local().data_ptr() == t.data_ptr());
   CHECK(d.gshape() == Shape{6, 4 * nranks()});
-  at::Tensor broadcast = at::ones({1}, at::kDouble).expand({5, 3});  // stride 0
+  at::Tensor broadcast = at::ones({1}, on_device(at::kDouble)).expand({5, 3});  // stride 0
   auto b = View::from_local(broadcast, 0);
   CHECK(b.local().strides().vec() == std::vector<int64_t>{0, 0});
   CHECK(b.local().sum().item<double>() == 15.0);
@@ -137,7 +137,7 @@ TEST_CASE("bad input raises on every rank with a clear message") {
     if (nranks() > 1) {
       expect_collective_error<kvmap::ValueError>(
           [&] {
-            at::Tensor t = at::zeros({2, 3}, me == odd ? at::kFloat : at::kDouble);
+            at::Tensor t = at::zeros({2, 3}, on_device(me == odd ? at::kFloat : at::kDouble));
             View::from_local(t, 0);
           },
           {odd}, "dtype float32");
@@ -146,7 +146,7 @@ TEST_CASE("bad input raises on every rank with a clear message") {
   SUBCASE("from_local: split out of range on one rank") {
     expect_collective_error<kvmap::ValueError>(
         [&] {
-          at::Tensor t = at::zeros({2, 3});
+          at::Tensor t = at::zeros({2, 3}, on_device(at::kFloat));
           View::from_local(t, me == odd ? 2 : 0);
         },
         {odd}, "split axis 2 is out of range");

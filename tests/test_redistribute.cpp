@@ -126,7 +126,7 @@ TEST_CASE("fewer rows than ranks leaves shards empty") {
 
 TEST_CASE("0-d, 1-d and 5-d arrays") {
   const int me = rank();
-  const at::Tensor scalar = at::full({}, 3.25, at::kDouble);
+  const at::Tensor scalar = at::full({}, 3.25, on_device(at::kDouble));
   auto s = View::scatter(me == 0 ? scalar : at::Tensor(), std::nullopt);
   CHECK(s.ndim() == 0);
   CHECK(s.local().item<double>() == 3.25);
@@ -158,6 +158,50 @@ TEST_CASE("counts above the MPI count limit take the large-count path") {
   if (me == 0) CHECK(bit_equal(g, full));
   kvmap::Impl::set_mpi_count_limit(saved);
   CHECK(kvmap::Impl::mpi_count_limit() == saved);
+}
+
+TEST_CASE("staged through host buffers (as without a GPU-aware MPI): same results, staging counted") {
+  // What a device memory space does when MPI cannot read it, forced on this backend's memory.
+  const int me = rank(), P = nranks();
+  const at::Tensor full = pattern({23, 6}, at::kDouble, 9);
+  const auto a = View::from_global(full, 0);
+  const Layout target = Layout::balanced({23, 6}, 1, P);
+  // Bytes this rank sends to and receives from other ranks in the resplit 0 -> 1.
+  const int64_t sent = a.layout().count(me) * (6 - target.count(me)) * 8;
+  const int64_t received = (23 - a.layout().count(me)) * target.count(me) * 8;
+
+  kvmap::reset_stats();
+  const View direct = a.resplit(1);
+  const std::uint64_t copied_direct = kvmap::stats().bytes_copied;
+  struct Unforce {
+    ~Unforce() { kvmap::Impl::set_force_host_staging(false); }
+  } unforce;
+  kvmap::Impl::set_force_host_staging(true);
+  kvmap::reset_stats();
+  const View staged = a.resplit(1);
+  const std::uint64_t copied_staged = kvmap::stats().bytes_copied;
+  CHECK(bit_equal(staged.local(), expected_local(full, target, me)));
+  CHECK(bit_equal(direct.local(), staged.local()));
+  // Every byte to or from another rank crossed a host buffer once more (at least).
+  CHECK(copied_staged >= copied_direct + static_cast<std::uint64_t>(sent + received));
+  if (P == 1) CHECK(copied_staged == copied_direct);
+
+  CHECK(bit_equal(a.allgather(), full));
+  CHECK(bit_equal(staged.resplit(std::nullopt).local(), full));
+  CHECK(bit_equal(staged.resplit(0).local(), a.local()));
+  const at::Tensor g = staged.gather(P - 1);
+  if (me == P - 1) CHECK(bit_equal(g, full));
+  auto s = View::scatter(me == 0 ? full : at::Tensor(), 1);
+  CHECK(bit_equal(s.local(), expected_local(full, s.layout(), me)));
+  // A scalar is broadcast from root's memory.
+  const at::Tensor scalar = pattern({}, at::kFloat, 4);
+  CHECK(bit_equal(View::scatter(me == 0 ? scalar : at::Tensor(), std::nullopt).local(), scalar));
+  // Staged and cut into pieces above the MPI count limit.
+  const std::size_t saved = kvmap::Impl::mpi_count_limit();
+  kvmap::Impl::set_mpi_count_limit(5);
+  CHECK(bit_equal(a.resplit(1).local(), expected_local(full, target, me)));
+  CHECK(bit_equal(a.allgather(), full));
+  kvmap::Impl::set_mpi_count_limit(saved);
 }
 
 TEST_CASE("random arrays do not depend on the number of ranks") {
@@ -268,8 +312,8 @@ TEST_CASE("unchanged layouts: resplit, balance and redistribute return arrays of
 TEST_CASE("linalg: dot, nrm2, axpby against torch on the gathered arrays") {
   const int me = rank(), P = nranks();
   for (at::ScalarType type : {at::kFloat, at::kDouble}) {
-    const at::Tensor xf = at::randn({5 * P + 3, 4}, at::detail::createCPUGenerator(31), at::kDouble).to(type);
-    const at::Tensor yf = at::randn({5 * P + 3, 4}, at::detail::createCPUGenerator(32), at::kDouble).to(type);
+    const at::Tensor xf = on_device(at::randn({5 * P + 3, 4}, at::detail::createCPUGenerator(31), at::kDouble).to(type));
+    const at::Tensor yf = on_device(at::randn({5 * P + 3, 4}, at::detail::createCPUGenerator(32), at::kDouble).to(type));
     auto x = View::from_global(xf, 0);
     auto y = View::from_global(yf, 0);
     const double tol = type == at::kFloat ? 1e-4 : 1e-12;
@@ -288,7 +332,7 @@ TEST_CASE("linalg: dot, nrm2, axpby against torch on the gathered arrays") {
   for (double c : {1e200, 1e-200, 1e30}) {
     for (at::ScalarType type : {at::kDouble, at::kFloat}) {
       if (type == at::kFloat && c != 1e30) continue;
-      const at::Tensor ints = (at::arange(3 * P + 2, at::kDouble).remainder(5) + 1);
+      const at::Tensor ints = (at::arange(3 * P + 2, on_device(at::kDouble)).remainder(5) + 1);
       auto x = View::from_global((ints * c).to(type), 0);
       // float32: the rounded elements' norm in float64, where their squares fit.
       const double expect = type == at::kFloat ? (ints * c).to(type).to(at::kDouble).norm().item<double>()
@@ -299,13 +343,13 @@ TEST_CASE("linalg: dot, nrm2, axpby against torch on the gathered arrays") {
   }
   auto zeros = View::zeros({2 * P + 1}, DType::Float64, 0);
   CHECK(kvmap::linalg::nrm2(zeros) == 0.0);
-  auto with_inf = View::from_global(at::tensor({1.0, std::numeric_limits<double>::infinity(), 2.0}, at::kDouble), 0);
+  auto with_inf = View::from_global(at::tensor({1.0, std::numeric_limits<double>::infinity(), 2.0}, at::kDouble).to(device()), 0);
   CHECK(std::isinf(kvmap::linalg::nrm2(with_inf)));
   // inf on one rank next to huge values on another: still inf (rescaling must not make NaN).
   auto inf_and_huge = View::from_global(
-      at::tensor({std::numeric_limits<double>::infinity(), 1e300, 1e300, 1e300}, at::kDouble), 0);
+      at::tensor({std::numeric_limits<double>::infinity(), 1e300, 1e300, 1e300}, at::kDouble).to(device()), 0);
   CHECK(std::isinf(kvmap::linalg::nrm2(inf_and_huge)));
-  auto with_nan = View::from_global(at::tensor({1.0, std::numeric_limits<double>::quiet_NaN(), 2.0}, at::kDouble), 0);
+  auto with_nan = View::from_global(at::tensor({1.0, std::numeric_limits<double>::quiet_NaN(), 2.0}, at::kDouble).to(device()), 0);
   CHECK(std::isnan(kvmap::linalg::nrm2(with_nan)));
   // Bad input is detected on every rank.
   auto a = View::zeros({6}, DType::Float64, 0);

@@ -15,6 +15,10 @@
 #include <torch/version.h>
 #include <mpi.h>
 
+#if defined(KOKKOS_ENABLE_CUDA)
+#include <c10/cuda/CUDAStream.h>
+#endif
+
 using namespace kvmap_test;
 using kvmap::DType;
 using kvmap::Layout;
@@ -44,7 +48,7 @@ std::vector<at::Tensor> loop_reference(std::int64_t n, std::vector<std::int64_t>
 // The same full tensor on every rank.
 at::Tensor randn_everywhere(at::IntArrayRef shape, at::ScalarType type, std::uint64_t seed) {
   at::Generator g = at::detail::createCPUGenerator(seed);
-  return at::randn(shape, g, at::TensorOptions().dtype(at::kDouble)).to(type);
+  return on_device(at::randn(shape, g, at::TensorOptions().dtype(at::kDouble)).to(type));
 }
 
 bool close(const at::Tensor& a, const at::Tensor& b) {
@@ -163,7 +167,7 @@ TEST_CASE("batch lengths not divisible by P, fewer samples than ranks, unbalance
       // Outputs whose dtype and per-sample shape owe nothing to the input: a rank without
       // samples can only know them from the agreement.
       auto [flags, table] = kvmap::vmap([](const at::Tensor& v) {
-        return std::make_tuple((v > 0).sum().to(at::kInt), at::ones({2, 5}, at::kFloat) * v.sum().to(at::kFloat));
+        return std::make_tuple((v > 0).sum().to(at::kInt), at::ones({2, 5}, v.options().dtype(at::kFloat)) * v.sum().to(at::kFloat));
       }, VmapOptions().out_dims({0, -1}).chunk_size(cs))(x);
       CHECK((flags.dtype() == DType::Int32));
       CHECK((flags.local().scalar_type() == at::kInt));
@@ -174,7 +178,7 @@ TEST_CASE("batch lengths not divisible by P, fewer samples than ranks, unbalance
       CHECK(table.local().sizes() == at::IntArrayRef{2, 5, l.count(rank())});
       CHECK(at::equal(flags.allgather(), (full > 0).sum(1).to(at::kInt)));
       CHECK(close(table.allgather(),
-                  at::ones({2, 5, 1}, at::kFloat) * full.sum(1).to(at::kFloat).reshape({1, 1, n})));
+                  at::ones({2, 5, 1}, on_device(at::kFloat)) * full.sum(1).to(at::kFloat).reshape({1, 1, n})));
     }
   }
 }
@@ -220,19 +224,19 @@ TEST_CASE("zero copy on the unchunked path; chunked writes into preallocated out
   CHECK(at::equal(doubled.local(), x.local() * 2));
   // A per-sample constant is a stride-0 broadcast: materialized exactly once.
   kvmap::reset_stats();
-  auto constant = kvmap::vmap([](const at::Tensor&) { return at::ones({3}, at::kFloat); },
+  auto constant = kvmap::vmap([](const at::Tensor&) { return at::ones({3}, on_device(at::kFloat)); },
                               VmapOptions().out_dims({1}))(x);
   CHECK(kvmap::stats().bytes_copied == static_cast<uint64_t>(3 * x.layout().count(rank()) * 4));
   CHECK(constant.gshape() == kvmap::Shape{3, 4 * P});
   CHECK(constant.local().eq(1).all().item<bool>());
   // The same with a negative out_dim: normalized by kvmap, not by LibTorch.
   for (std::optional<int64_t> cs : {std::optional<int64_t>(), std::optional<int64_t>(3)}) {
-    auto ignore = kvmap::vmap([](const at::Tensor&) { return at::arange(6, at::kDouble).reshape({2, 3}); },
+    auto ignore = kvmap::vmap([](const at::Tensor&) { return at::arange(6, on_device(at::kDouble)).reshape({2, 3}); },
                               VmapOptions().out_dims({-1}).chunk_size(cs))(x);
     CHECK(ignore.split() == 2);
     CHECK(ignore.gshape() == kvmap::Shape{2, 3, 4 * P});
     CHECK(at::equal(ignore.allgather(),
-                    at::arange(6, at::kDouble).reshape({2, 3, 1}).expand({2, 3, 4 * P})));
+                    at::arange(6, on_device(at::kDouble)).reshape({2, 3, 1}).expand({2, 3, 4 * P})));
   }
   // Chunked: each chunk's result is written into its slice (bytes copied = output bytes).
   kvmap::reset_stats();
@@ -390,7 +394,7 @@ TEST_CASE("chunks in flight run under the caller's grad mode, inference mode and
 TEST_CASE("randomness modes") {
   const int P = nranks(), me = rank();
   auto x = View::zeros({3 * P, 2}, DType::Float32, 0);
-  auto draw = [](const at::Tensor& v) { return v + at::rand({4}); };
+  auto draw = [](const at::Tensor& v) { return v + at::rand({4}, v.options()); };
   SUBCASE("error: a random op raises on every rank with torch's message") {
     // Every rank fails itself, so every rank rethrows torch's own error (c10::Error).
     for (std::optional<int64_t> cs : {std::optional<int64_t>(), std::optional<int64_t>(2)}) {
@@ -421,7 +425,7 @@ TEST_CASE("randomness modes") {
       }
     }
     // Afterwards every rank's generator is in the same state again.
-    const float next = at::rand({1}).item<float>();
+    const float next = at::rand({1}, on_device(at::kFloat)).item<float>();
     const auto all = world().allgather(next);
     for (float v : all) CHECK(v == next);
   }
@@ -573,7 +577,7 @@ TEST_CASE("errors are raised on every rank with clear messages") {
   SUBCASE("the function throws in a later chunk, chunks in flight") {
     // 5 samples per rank, one per chunk: rank `odd` fails in its fifth call of f, a chunk
     // run by the Kokkos policy (not chunk 0), with 1 or 2 chunks in flight.
-    auto five = View::from_global(at::arange(5 * P, at::kFloat).reshape({5 * P, 1}), 0);
+    auto five = View::from_global(at::arange(5 * P, on_device(at::kFloat)).reshape({5 * P, 1}), 0);
     for (int conc : {1, 2}) {
       std::atomic<int> calls{0};
       expect_collective_error<std::runtime_error>(
@@ -586,7 +590,7 @@ TEST_CASE("errors are raised on every rank with clear messages") {
           {odd}, "the fifth chunk failed");
     }
     auto y = kvmap::vmap([](const at::Tensor& a) { return a * 2; }, VmapOptions().chunk_size(2).concurrency(2))(five);
-    CHECK(at::equal(y.allgather(), at::arange(5 * P, at::kFloat).reshape({5 * P, 1}) * 2));
+    CHECK(at::equal(y.allgather(), at::arange(5 * P, on_device(at::kFloat)).reshape({5 * P, 1}) * 2));
     // After a failure no further chunk starts: failing in the second of five chunks, one at a
     // time, f runs twice; with two in flight, at most the other chunk of that wave runs too.
     for (int conc : {1, 2}) {
@@ -718,4 +722,40 @@ TEST_CASE("nested vmaps inside the function keep working") {
     return std::vector<at::Tensor>{s.softmax(1) * s.sum(1, true)};
   });
   CHECK(close(y.allgather(), ref[0]));
+}
+
+TEST_CASE("device contract: torch works on the memory space's device and Kokkos' stream") {
+  const int P = nranks();
+  auto x = View::from_global(randn_everywhere({3 * P, 2}, at::kFloat, 50), 0);
+  // Tensors f makes on "the current device" land on the inputs' device.
+  std::atomic<int> wrong_device{0};
+  auto y = kvmap::vmap([&](const at::Tensor& v) {
+    const at::Tensor made = at::ones({2}, at::TensorOptions().dtype(at::kFloat).device(device().type()));
+    if (made.device() != device() && !device().is_cpu()) ++wrong_device;
+    if (v.device() != device()) ++wrong_device;
+    return v + made;
+  }, VmapOptions().chunk_size(2))(x);
+  CHECK(wrong_device.load() == 0);
+  CHECK(close(y.allgather(), x.allgather() + 1));
+#if defined(KOKKOS_ENABLE_CUDA)
+  if (std::is_same_v<TestMemSpace, Kokkos::CudaSpace>) {
+    // Torch's current stream inside f is the Kokkos instance's: no fence between them.
+    const Kokkos::Cuda instance;
+    std::atomic<int> other_stream{0};
+    kvmap::vmap([&](const at::Tensor& v) {
+      if (c10::cuda::getCurrentCUDAStream().stream() != instance.cuda_stream()) ++other_stream;
+      if (c10::cuda::current_device() != instance.cuda_device()) ++other_stream;
+      return v * 2;
+    })(x);
+    CHECK(other_stream.load() == 0);
+  }
+#endif
+  if (!device().is_cpu()) {
+    // An output on another device: TypeError on the ranks that ran f, RemoteError elsewhere.
+    expect_collective_error<kvmap::TypeError>(
+        [&] { kvmap::vmap([](const at::Tensor& v) { return v.cpu(); })(x); }, all_ranks(), "is on cpu");
+    // from_global of a host tensor into device memory.
+    expect_collective_error<kvmap::TypeError>(
+        [&] { View::from_global(at::zeros({4, 2}), 0); }, all_ranks(), "is on cpu");
+  }
 }

@@ -29,7 +29,8 @@ int main(int argc, char** argv) {
 
     kvmap::reset_stats();
     auto x = kvmap::DistView<>::from_local(positions, 0, world);  // shares the View's memory
-    const at::Tensor centre = at::tensor({0.1, 0.2, 0.3}, at::kDouble);
+    // A plain tensor argument lives where the particles do (CPU, or the Kokkos GPU).
+    const at::Tensor centre = at::tensor({0.1, 0.2, 0.3}, x.local().options());
     // Written for one particle p of shape (3,).
     auto energy = [](const at::Tensor& p, const at::Tensor& c) {
       return 0.5 * p.dot(p) + at::exp(-(p - c).pow(2).sum());

@@ -8,6 +8,7 @@
 #include <map>
 #include <mutex>
 
+#include "kvmap/config.hpp"
 #include "kvmap/stats.hpp"
 
 namespace kvmap {
@@ -54,6 +55,7 @@ MPI_Datatype mpi_type(DType dtype) {
 }
 
 bool fits(std::size_t n) { return n <= g_count_limit.load(); }
+std::atomic<bool> g_force_host_staging{false};
 
 }  // namespace
 
@@ -271,9 +273,10 @@ void exchange_in_pieces(MPI_Comm comm, int rank, int size, const unsigned char* 
     const int p = (rank + k) % size;
     post(false, p, send_counts[p], send_displs[p]);
   }
-  if (send_counts[rank] > 0) {
-    std::memcpy(recv + recv_displs[rank], send + send_displs[rank], send_counts[rank]);
-  }
+  // Its own part too goes through MPI (a message to itself), never a host memcpy: with a
+  // GPU-aware MPI these are device pointers.
+  post(true, rank, recv_counts[rank], recv_displs[rank]);
+  post(false, rank, send_counts[rank], send_displs[rank]);
   check_mpi(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE),
             "MPI_Waitall");
 }
@@ -391,6 +394,11 @@ std::size_t mpi_count_limit() { return g_count_limit.load(); }
 void set_mpi_count_limit(std::size_t limit) {
   g_count_limit = std::min<std::size_t>(std::max<std::size_t>(limit, 1), INT_MAX);
 }
+bool mpi_reads_directly(bool host_accessible) {
+  if (!host_accessible) return KVMAP_GPU_AWARE_MPI != 0;
+  return !g_force_host_staging.load();
+}
+void set_force_host_staging(bool force) { g_force_host_staging = force; }
 bool mpi_initialized() {
   int initialized = 0;
   MPI_Initialized(&initialized);

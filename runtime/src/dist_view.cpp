@@ -204,13 +204,7 @@ DistView<M> DistView<M>::from_local(const at::Tensor& local, std::optional<int> 
       [&local](DType& dtype) {
         Impl::LocalBlock block = Impl::block_from_tensor(local);
         dtype = from_torch(local.scalar_type());
-        const Impl::DeviceSpec want = Impl::device_of<M>(), have = Impl::device_spec_of(local);
-        KVMAP_CHECK(want.kind == have.kind && (want.kind == Impl::DeviceKind::CPU || want.index == have.index),
-                    TypeError,
-                    "kvmap::DistView::from_local: the tensor is on " << local.device()
-                                                                     << " but this DistView's memory "
-                                                                     << "space maps to "
-                                                                     << Impl::torch_device(want));
+        Impl::check_same_device(local, Impl::device_of<M>(), "kvmap::DistView::from_local: the tensor");
         return block;
       },
       split, std::move(comm));

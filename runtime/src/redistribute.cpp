@@ -99,6 +99,37 @@ struct Scratch {
   unsigned char* data() const { return static_cast<unsigned char*>(block.data); }
 };
 
+// MPI and device memory: without a GPU-aware MPI (or when tests force it), the packed bytes
+// go through host buffers on their way to and from MPI.
+template <class M>
+bool staged_through_host() {
+  return !Impl::mpi_reads_directly(Impl::is_host_accessible<M>);
+}
+
+// n bytes from memory space Src to memory space Dst (a blocking Kokkos deep_copy), counted.
+template <class Dst, class Src>
+void copy_bytes(void* dst, const void* src, std::size_t n) {
+  if (n == 0) return;
+  Kokkos::View<unsigned char*, Dst, Kokkos::MemoryTraits<Kokkos::Unmanaged>> d(static_cast<unsigned char*>(dst), n);
+  Kokkos::View<const unsigned char*, Src, Kokkos::MemoryTraits<Kokkos::Unmanaged>> s(
+      static_cast<const unsigned char*>(src), n);
+  Kokkos::deep_copy(d, s);
+  Impl::count_bytes_copied(n);
+}
+
+// A broadcast of n bytes of M memory from root.
+template <class M>
+void bcast_block_bytes(const Comm& comm, void* data, std::size_t n, int root) {
+  if (!staged_through_host<M>()) {
+    comm.bcast_bytes(data, n, root);
+    return;
+  }
+  std::vector<unsigned char> host(n);
+  if (comm.rank() == root) copy_bytes<Kokkos::HostSpace, M>(host.data(), data, n);
+  comm.bcast_bytes(host.data(), n, root);
+  if (comm.rank() != root) copy_bytes<M, Kokkos::HostSpace>(data, host.data(), n);
+}
+
 // True when `sub` is one contiguous run of memory inside a block holding `whole`.
 bool contiguous_in(const Impl::LocalBlock& block, const Box& sub) {
   if (sub.volume() <= 1) return true;
@@ -130,12 +161,12 @@ struct Side {
 };
 
 Side plan_side(const Impl::LocalBlock& block, const Box& whole, const std::vector<Box>& pieces, int me,
-               std::size_t itemsize, bool include_self) {
+               std::size_t itemsize, bool include_self, bool packed) {
   const int P = static_cast<int>(pieces.size());
   Side side;
   side.counts.assign(P, 0);
   side.displs.assign(P, 0);
-  side.direct = dense(block, itemsize);
+  side.direct = !packed && dense(block, itemsize);
   for (int p = 0; p < P && side.direct; ++p) {
     if (p != me || include_self) side.direct = contiguous_in(block, pieces[p]);
   }
@@ -155,6 +186,7 @@ enum class ExchangeKind { Local, Allgather, AllToAll };
 
 template <class M>
 struct Exchange {
+  Exchange(DistView<M> source, Layout target_layout) : src(std::move(source)), target(std::move(target_layout)) {}
   DistView<M> src;
   Layout target;
   ExchangeKind kind = ExchangeKind::Local;
@@ -164,7 +196,21 @@ struct Exchange {
   Side send, recv;
   std::size_t global_max = 0;
   std::optional<Scratch<M>> send_buf, recv_buf;
+  // Staged exchanges: MPI's copies of send_buf and recv_buf in host memory.
+  std::optional<Scratch<Kokkos::HostSpace>> send_host, recv_host;
 };
+
+// MPI's send and receive memory: the packed buffers where a side is not read in place, and
+// their host copies when staged.
+template <class M>
+void allocate_buffers(Exchange<M>& x, bool staged) {
+  if (!x.send.direct) x.send_buf.emplace(x.send.total);
+  if (!x.recv.direct) x.recv_buf.emplace(x.recv.total);
+  if (staged) {
+    x.send_host.emplace(x.send.total);
+    x.recv_host.emplace(x.recv.total);
+  }
+}
 
 template <class M>
 Exchange<M> plan_exchange(const DistView<M>& src, const Layout& target) {
@@ -172,11 +218,13 @@ Exchange<M> plan_exchange(const DistView<M>& src, const Layout& target) {
   const int me = comm.rank(), P = comm.size();
   const std::size_t itemsize = src.itemsize();
   const Layout& S = src.layout();
-  Exchange<M> x{src, target};
+  Exchange<M> x(src, target);
   x.src_block = Impl::DistViewAccess::block(src);
   x.dst = Impl::allocate_block<M>(target.lshape(me), itemsize);
   x.my_src = held(S, me);
   x.my_dst = held(target, me);
+  // Staged: both sides packed (contiguous buffers to move to and from host memory).
+  const bool staged = staged_through_host<M>();
   if (S.is_replicated() || target == S) {
     // Every rank already holds its part (replicated source, or an unchanged layout): a local
     // copy into the new DistView's own memory, no communication.
@@ -188,10 +236,10 @@ Exchange<M> plan_exchange(const DistView<M>& src, const Layout& target) {
     x.kind = ExchangeKind::Allgather;
     x.recv_boxes.resize(P);
     for (int r = 0; r < P; ++r) x.recv_boxes[r] = held(S, r);
-    x.send = plan_side(x.src_block, x.my_src, std::vector<Box>(P, x.my_src), me, itemsize, true);
-    x.recv = plan_side(x.dst, x.my_dst, x.recv_boxes, me, itemsize, true);
-    if (!x.send.direct) x.send_buf.emplace(x.send.counts[me]);
-    if (!x.recv.direct) x.recv_buf.emplace(x.recv.total);
+    x.send = plan_side(x.src_block, x.my_src, std::vector<Box>(P, x.my_src), me, itemsize, true, staged);
+    x.send.total = x.send.counts[me];  // sent once, to every rank
+    x.recv = plan_side(x.dst, x.my_dst, x.recv_boxes, me, itemsize, true, staged);
+    allocate_buffers(x, staged);
     return x;
   }
   x.kind = ExchangeKind::AllToAll;
@@ -202,16 +250,15 @@ Exchange<M> plan_exchange(const DistView<M>& src, const Layout& target) {
     x.recv_boxes[p] = intersect(held(S, p), x.my_dst);
   }
   // The local part is copied directly, the rest exchanged.
-  x.send = plan_side(x.src_block, x.my_src, x.send_boxes, me, itemsize, false);
-  x.recv = plan_side(x.dst, x.my_dst, x.recv_boxes, me, itemsize, false);
+  x.send = plan_side(x.src_block, x.my_src, x.send_boxes, me, itemsize, false, staged);
+  x.recv = plan_side(x.dst, x.my_dst, x.recv_boxes, me, itemsize, false, staged);
   // A bound every rank computes alike: no rank sends or receives beyond its dense blocks.
   for (int r = 0; r < P; ++r) {
     x.global_max = std::max<std::size_t>(
         x.global_max,
         static_cast<std::size_t>(std::max(held(S, r).volume(), held(target, r).volume())) * itemsize);
   }
-  if (!x.send.direct) x.send_buf.emplace(x.send.total);
-  if (!x.recv.direct) x.recv_buf.emplace(x.recv.total);
+  allocate_buffers(x, staged);
   return x;
 }
 
@@ -233,7 +280,14 @@ DistView<M> run_exchange(Exchange<M>& x) {
     }
     unsigned char* recv_base = x.recv_buf ? x.recv_buf->data() : static_cast<unsigned char*>(x.dst.data);
     exec.fence();
-    comm.allgatherv_bytes(send_ptr, x.send.counts[me], recv_base, x.recv.counts, x.recv.displs);
+    if (x.send_host) {
+      copy_bytes<Kokkos::HostSpace, M>(x.send_host->data(), send_ptr, x.send.total);
+      comm.allgatherv_bytes(x.send_host->data(), x.send.counts[me], x.recv_host->data(), x.recv.counts,
+                            x.recv.displs);
+      copy_bytes<M, Kokkos::HostSpace>(recv_base, x.recv_host->data(), x.recv.total);
+    } else {
+      comm.allgatherv_bytes(send_ptr, x.send.counts[me], recv_base, x.recv.counts, x.recv.displs);
+    }
     if (x.recv_buf) {
       for (int r = 0; r < P; ++r) {
         copy_sub_box(exec, buffer_block(recv_base + x.recv.displs[r], x.recv_boxes[r]), x.recv_boxes[r], x.dst,
@@ -254,8 +308,15 @@ DistView<M> run_exchange(Exchange<M>& x) {
     if (x.recv_buf) recv_base = x.recv_buf->data();
     copy_sub_box(exec, src, x.my_src, x.dst, x.my_dst, x.send_boxes[me], itemsize);
     exec.fence();
-    comm.alltoallv_bytes(send_base, x.send.counts, x.send.displs, recv_base, x.recv.counts, x.recv.displs,
-                         x.global_max);
+    if (x.send_host) {
+      copy_bytes<Kokkos::HostSpace, M>(x.send_host->data(), send_base, x.send.total);
+      comm.alltoallv_bytes(x.send_host->data(), x.send.counts, x.send.displs, x.recv_host->data(),
+                           x.recv.counts, x.recv.displs, x.global_max);
+      copy_bytes<M, Kokkos::HostSpace>(recv_base, x.recv_host->data(), x.recv.total);
+    } else {
+      comm.alltoallv_bytes(send_base, x.send.counts, x.send.displs, recv_base, x.recv.counts, x.recv.displs,
+                           x.global_max);
+    }
     if (x.recv_buf) {
       for (int q = 0; q < P; ++q) {
         if (q == me) continue;
@@ -267,6 +328,8 @@ DistView<M> run_exchange(Exchange<M>& x) {
   exec.fence();
   x.send_buf.reset();
   x.recv_buf.reset();
+  x.send_host.reset();
+  x.recv_host.reset();
   return Impl::DistViewAccess::make<M>(x.target, x.src.dtype(), comm, std::move(x.dst));
 }
 
@@ -275,15 +338,6 @@ DistView<M> run_exchange(Exchange<M>& x) {
 template <class M>
 void describe_source(Impl::Signature& sig, const DistView<M>& v) {
   sig.arg("layout", v.layout()).arg("dtype", v.dtype());
-}
-
-void check_device(const at::Tensor& t, Impl::DeviceSpec want, const char* what) {
-  const Impl::DeviceSpec have = Impl::device_spec_of(t);
-  KVMAP_CHECK(want.kind == have.kind && (want.kind == Impl::DeviceKind::CPU || want.index == have.index),
-              TypeError,
-              "kvmap::DistView::" << what << ": the tensor is on " << t.device()
-                                  << " but this DistView's memory space maps to "
-                                  << Impl::torch_device(want));
 }
 
 }  // namespace
@@ -416,7 +470,7 @@ DistView<M> DistView<M>::from_global(const at::Tensor& full, std::optional<int> 
         Impl::LocalBlock block = Impl::block_from_tensor(full);
         const DType dtype = from_torch(full.scalar_type());
         sig.arg("shape", block.extents).arg("dtype", dtype);
-        check_device(full, Impl::device_of<M>(), "from_global");
+        Impl::check_same_device(full, Impl::device_of<M>(), "kvmap::DistView::from_global: the tensor");
         const Layout target = Layout::balanced(block.extents, split, comm.size());
         Layout whole = Layout::replicated(block.extents, comm.size());
         Plan plan;
@@ -453,7 +507,7 @@ DistView<M> DistView<M>::scatter(const at::Tensor& full_on_root, std::optional<i
     Impl::LocalBlock block;
     if (me == root) {
       block = Impl::block_from_tensor(full_on_root);
-      check_device(full_on_root, Impl::device_of<M>(), "scatter");
+      Impl::check_same_device(full_on_root, Impl::device_of<M>(), "kvmap::DistView::scatter: the tensor");
       meta.ndim = static_cast<std::int32_t>(block.extents.size());
       meta.dtype = static_cast<std::int32_t>(from_torch(full_on_root.scalar_type()));
       for (int d = 0; d < meta.ndim; ++d) meta.extents[d] = block.extents[d];
@@ -491,7 +545,7 @@ DistView<M> DistView<M>::scatter(const at::Tensor& full_on_root, std::optional<i
       [&](Exchange<M>& x, const std::vector<Impl::NoPayload>&) {
         if (meta.ndim == 0) {
           // A scalar: root's one element, broadcast into every rank's copy.
-          comm.bcast_bytes(x.src_block.data, size_of(dtype), root);
+          bcast_block_bytes<M>(comm, x.src_block.data, size_of(dtype), root);
         }
         return run_exchange(x);
       });

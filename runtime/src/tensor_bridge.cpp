@@ -59,6 +59,14 @@ DeviceSpec device_spec_of(const at::Tensor& tensor) {
   throw TypeError("kvmap: tensors on device " + d.str() + " are not supported (CPU or CUDA/ROCm)");
 }
 
+void check_same_device(const at::Tensor& tensor, const DeviceSpec& want, const std::string& what) {
+  const DeviceSpec have = device_spec_of(tensor);
+  KVMAP_CHECK(have.kind == want.kind && (want.kind == DeviceKind::CPU || have.index == want.index),
+              TypeError,
+              what << " is on " << tensor.device() << " but the memory space maps to "
+                   << torch_device(want));
+}
+
 at::Tensor tensor_from_block(const LocalBlock& block, DType dtype, DeviceSpec device) {
   std::shared_ptr<void> owner = block.owner;
   return at::from_blob(

@@ -4,7 +4,6 @@
 
 #include <ATen/ATen.h>
 #include <ATen/ThreadLocalState.h>
-#include <c10/core/DeviceGuard.h>
 
 #include <Kokkos_Core.hpp>
 
@@ -22,6 +21,7 @@
 
 #include "collective.hpp"
 #include "dist_view_access.hpp"
+#include "torch_stream.hpp"
 
 namespace kvmap {
 
@@ -195,9 +195,6 @@ struct ChunkRunner {
  private:
   std::vector<at::Tensor> run_checked(std::int64_t start, std::int64_t len, std::vector<OutputMeta>* record,
                                       const std::vector<OutputMeta>& metas) const {
-    // torch's current device is the inputs' device for the whole chunk, on any thread.
-    c10::OptionalDeviceGuard device_guard;
-    if (device.kind != DeviceKind::CPU) device_guard.reset_device(torch_device(device));
     // Mapped arrays: this chunk's samples; replicated ones: the whole shard.
     std::vector<at::Tensor> chunk_inputs;
     chunk_inputs.reserve(arrays.size());
@@ -243,11 +240,7 @@ struct ChunkRunner {
       m.dtype = static_cast<std::int32_t>(from_torch(results[k].scalar_type()));
       m.out_dim = static_cast<std::int32_t>(normalize_out_dim(options.out_dims(), k, results.size(), ndim));
       for (std::int64_t d = 0; d < ndim; ++d) m.shape[d] = results[k].size(d);
-      const DeviceSpec dev = device_spec_of(results[k]);
-      KVMAP_CHECK(dev.kind == device.kind, TypeError,
-                  "kvmap::vmap: output " << k << " is on " << results[k].device()
-                                         << " but the inputs' memory space maps to "
-                                         << torch_device(device));
+      check_same_device(results[k], device, "kvmap::vmap: output " + std::to_string(k));
       if (first) {
         record->push_back(m);
       } else {
@@ -344,10 +337,13 @@ LocalRun run_local(const VmapOptions& options, std::int64_t n_local, const Chunk
   // caller's torch thread-local state (grad mode, inference mode, dispatch keys, functorch
   // layers). They stay on the calling thread, in order, where that is not possible: Same-mode
   // randomness restores one generator state per chunk, LibTorch 1.13's functorch bookkeeping
-  // is not thread-safe, and a host space with one thread gives no second chunk in flight.
+  // is not thread-safe, a host space with one thread gives no second chunk in flight, and on
+  // a GPU every chunk's torch work goes to the one Kokkos stream the calling thread set
+  // (torch_stream.hpp; the device runs each chunk's kernels in parallel).
   using Host = Kokkos::DefaultHostExecutionSpace;
   const int in_flight = options.randomness() == Randomness::Same ||
-                                !torch_compat::concurrent_vmap_supported()
+                                !torch_compat::concurrent_vmap_supported() ||
+                                runner.device.kind != DeviceKind::CPU
                             ? 1
                             : std::min(options.concurrency(), Host().concurrency());
   if (in_flight <= 1) {
@@ -476,6 +472,9 @@ CoreResult run_core(const std::vector<ArrayArg>& arrays, const std::vector<Memor
   std::vector<Layout> layouts;
   std::vector<LocalBlock> blocks;
   arguments.execute([&] {
+    // Torch on the device and stream of the Kokkos instance for everything below.
+    if (kokkos_fence_needed(device)) Kokkos::fence();  // Kokkos' writes before torch reads them
+    TorchStreamScope torch_on_kokkos(device);
     GeneratorScope generator(options.randomness(), comm, device);
     try {
       if (n_local > 0) {
@@ -490,6 +489,7 @@ CoreResult run_core(const std::vector<ArrayArg>& arrays, const std::vector<Memor
         for (const OutputMeta& m : local.metas) layouts.push_back(output_layout(m, plan->batch, counts));
         for (const at::Tensor& t : local.outputs) blocks.push_back(block_from_tensor(t));
       }
+      torch_on_kokkos.finish();
     } catch (...) {
       error = std::current_exception();
     }

@@ -25,13 +25,15 @@ std::vector<EntryPoint> entry_points(const kvmap::DistView<M>& x, kvmap::DistVie
   using V = kvmap::DistView<M>;
   using kvmap::DType;
   const int P = x.comm().size(), me = x.comm().rank();
-  const at::Tensor full = at::arange(20, at::kFloat).reshape({5, 4});
+  // On the memory space's own device (from_global and scatter accept no other).
+  const at::Device device = kvmap::Impl::torch_device(kvmap::Impl::device_of<M>());
+  const at::Tensor full = at::arange(20, at::TensorOptions().dtype(at::kFloat).device(device)).reshape({5, 4});
   return {
       {"DistView::empty", true, [] { V::empty({6, 2}, DType::Float32, 0); }},
       {"DistView::zeros", true, [] { V::zeros({6, 2}, DType::Float32, 0); }},
       {"DistView::full", true, [] { V::full({6, 2}, 1.5, DType::Float64, 0); }},
       {"DistView::arange", true, [] { V::arange(9, DType::Int64, 0); }},
-      {"DistView::from_local", false, [] { V::from_local(at::zeros({2, 3}), 0); }},
+      {"DistView::from_local", false, [device] { V::from_local(at::zeros({2, 3}, at::TensorOptions().device(device)), 0); }},
       {"DistView::from_global", true, [full] { V::from_global(full, 0); }},
       {"DistView::scatter", true, [full, me] { V::scatter(me == 0 ? full : at::Tensor(), 0); }},
       {"DistView::redistribute", true, [&x, P] { x.redistribute(kvmap::Layout::balanced(x.gshape(), 1, P)); }},

@@ -67,10 +67,17 @@ inline void for_each_prefix_comm(const std::function<void(const kvmap::Comm&)>& 
   }
 }
 
+// The torch device of TestMemSpace. References are built on the host and moved there, so
+// the same tests run on every Kokkos backend.
+inline at::Device device() { return kvmap::Impl::torch_device(kvmap::Impl::device_of<TestMemSpace>()); }
+inline at::Tensor on_device(const at::Tensor& t) { return t.to(device()); }
+inline at::TensorOptions on_device(at::ScalarType type) { return at::TensorOptions().dtype(type).device(device()); }
+
 // Ranks 1 (or 0 when alone): the rank tests make misbehave.
 inline int odd_rank() { return nranks() > 1 ? 1 : 0; }
 
-// A deterministic full tensor whose values are exact in every dtype (integers in [0, 97)).
+// A deterministic full tensor whose values are exact in every dtype (integers in [0, 97)),
+// on the test device.
 inline at::Tensor pattern(const std::vector<int64_t>& shape, at::ScalarType type, int salt = 0) {
   const int64_t n = kvmap::Impl::checked_numel(shape);
   at::Tensor v = (at::arange(n, at::kLong) * 37 + salt * 11) % 97;
@@ -82,7 +89,7 @@ inline at::Tensor pattern(const std::vector<int64_t>& shape, at::ScalarType type
   } else {
     t = v.to(type);
   }
-  return t.reshape(shape);
+  return on_device(t.reshape(shape));
 }
 
 inline std::vector<kvmap::DType> all_dtypes() {

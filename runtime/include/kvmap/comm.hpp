@@ -136,6 +136,12 @@ namespace Impl {
 // Largest element count kvmap passes to one MPI call (INT_MAX unless lowered for tests).
 std::size_t mpi_count_limit();
 void set_mpi_count_limit(std::size_t limit);
+// Whether MPI is given this memory directly: host memory always, device memory only where
+// kvmap was built for a GPU-aware MPI (KVMAP_ENABLE_GPU_AWARE_MPI); otherwise kvmap stages
+// the bytes through host buffers (counted in stats().bytes_copied). Tests force staging for
+// host memory too, so the staged path runs on every backend.
+bool mpi_reads_directly(bool host_accessible);
+void set_force_host_staging(bool force);
 // Frees every duplicate kvmap made (collective, in the same order on every rank; before
 // MPI_Finalize). Comms still held afterwards throw on use.
 void release_cached_comms();

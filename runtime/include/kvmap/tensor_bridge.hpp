@@ -4,6 +4,7 @@
 #include <c10/core/ScalarType.h>
 
 #include <cstdint>
+#include <string>
 
 #include "kvmap/dtype.hpp"
 #include "kvmap/impl/kokkos_compat.hpp"
@@ -19,6 +20,9 @@ DType from_torch(at::ScalarType type);
 namespace Impl {
 at::Device torch_device(DeviceSpec device);
 DeviceSpec device_spec_of(const at::Tensor& tensor);
+// TypeError unless `tensor` is on `want`'s torch device (kind and index): "<what> is on
+// cuda:1 but ... maps to cuda:0".
+void check_same_device(const at::Tensor& tensor, const DeviceSpec& want, const std::string& what);
 // A tensor sharing the block's memory; it keeps block.owner alive.
 at::Tensor tensor_from_block(const LocalBlock& block, DType dtype, DeviceSpec device);
 // A block sharing the tensor's memory; it keeps the tensor alive. TypeError for tensors

@@ -9,9 +9,13 @@ namespace kvmap::Impl {
 
 // Torch's device kinds kvmap maps to (ROCm devices are "CUDA" to torch).
 enum class DeviceKind { CPU, CUDA };
+// Where torch works on a memory space's data: the device, and the stream of the Kokkos
+// execution space instance kvmap's kernels run on (cudaStream_t / hipStream_t; null on the
+// host). Torch runs on that stream for the whole of a kvmap call (torch_stream.hpp).
 struct DeviceSpec {
   DeviceKind kind = DeviceKind::CPU;
   int index = -1;
+  void* stream = nullptr;
 };
 
 #if defined(KOKKOS_ENABLE_HIP)
@@ -40,27 +44,36 @@ using Kokkos::Experimental::sqrt;
 #endif
 }  // namespace math
 
-// The torch device that shares memory with MemorySpace. Decided by memory space, not by
+// The torch device that shares memory with MemorySpace, and the stream of the default
+// instance of the execution space kvmap uses for it. Decided by memory space, not by
 // execution space: host-pinned memory is a CPU tensor, device memory a CUDA tensor.
+// CudaUVMSpace has no torch device: tensors torch allocates (vmap outputs) are plain device
+// memory, which a DistView<CudaUVMSpace> would wrongly promise to be host-accessible.
 template <class MemorySpace>
 DeviceSpec device_of() {
   if constexpr (std::is_same_v<MemorySpace, Kokkos::HostSpace>) {
-    return {DeviceKind::CPU, -1};
+    return {DeviceKind::CPU, -1, nullptr};
 #if defined(KOKKOS_ENABLE_CUDA)
-  } else if constexpr (std::is_same_v<MemorySpace, Kokkos::CudaSpace> ||
-                       std::is_same_v<MemorySpace, Kokkos::CudaUVMSpace>) {
-    return {DeviceKind::CUDA, Kokkos::Cuda().cuda_device()};
+  } else if constexpr (std::is_same_v<MemorySpace, Kokkos::CudaSpace>) {
+    const Kokkos::Cuda instance;
+    return {DeviceKind::CUDA, instance.cuda_device(), static_cast<void*>(instance.cuda_stream())};
+  } else if constexpr (std::is_same_v<MemorySpace, Kokkos::CudaUVMSpace>) {
+    static_assert(always_false<MemorySpace>,
+                  "kvmap: DistView<Kokkos::CudaUVMSpace> is not supported: memory torch allocates "
+                  "is not UVM memory. Use Kokkos::CudaSpace (and deep_copy to a UVM view)");
+    return {};
   } else if constexpr (std::is_same_v<MemorySpace, Kokkos::CudaHostPinnedSpace>) {
-    return {DeviceKind::CPU, -1};
+    return {DeviceKind::CPU, -1, nullptr};
 #endif
 #if defined(KOKKOS_ENABLE_HIP)
   } else if constexpr (std::is_same_v<MemorySpace, HIPSpace>) {
-    return {DeviceKind::CUDA, HIPExec().hip_device()};
+    const HIPExec instance;
+    return {DeviceKind::CUDA, instance.hip_device(), static_cast<void*>(instance.hip_stream())};
 #endif
   } else {
     static_assert(always_false<MemorySpace>,
                   "kvmap: this Kokkos memory space has no torch device (supported: HostSpace, "
-                  "CudaSpace, CudaUVMSpace, CudaHostPinnedSpace, HIPSpace)");
+                  "CudaSpace, HIPSpace)");
     return {};
   }
 }
@@ -77,7 +90,7 @@ inline constexpr bool is_host_accessible =
 
 // X-macro over the memory spaces kvmap instantiates its templates for.
 #if defined(KOKKOS_ENABLE_CUDA)
-#define KVMAP_FOR_EACH_DEVICE_SPACE(M) M(Kokkos::CudaSpace) M(Kokkos::CudaUVMSpace)
+#define KVMAP_FOR_EACH_DEVICE_SPACE(M) M(Kokkos::CudaSpace)
 #elif defined(KOKKOS_ENABLE_HIP)
 #define KVMAP_FOR_EACH_DEVICE_SPACE(M) M(kvmap::Impl::HIPSpace)
 #else

@@ -1,0 +1,60 @@
+// Torch on the Kokkos instance's device and stream (see torch_stream.hpp). Compiled with the
+// host compiler against LibTorch alone; the CUDA part against the CUDA LibTorch's c10/cuda
+// headers wherever LibTorch was built with CUDA, also on machines without a GPU or a CUDA
+// Kokkos, so that this interop is compiled in every build that could use it.
+#include "torch_stream.hpp"
+
+#include <c10/core/DeviceGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+
+#include <optional>
+
+#if defined(KVMAP_TORCH_CUDA)
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+#include "kvmap/tensor_bridge.hpp"
+
+namespace kvmap::Impl {
+
+struct TorchStreamScope::State {
+  c10::DeviceGuard device_guard;
+#if defined(KVMAP_TORCH_CUDA)
+  std::optional<c10::cuda::CUDAStreamGuard> stream_guard;
+#endif
+  bool synchronize_on_exit = false;
+  explicit State(c10::Device d) : device_guard(d) {}
+};
+
+bool TorchStreamScope::shares_stream(const DeviceSpec& device) {
+#if defined(KVMAP_TORCH_CUDA) && !defined(USE_ROCM)
+  return device.kind == DeviceKind::CUDA && device.stream != nullptr;
+#else
+  (void)device;
+  return false;
+#endif
+}
+
+TorchStreamScope::TorchStreamScope(const DeviceSpec& device) {
+  if (device.kind == DeviceKind::CPU) return;
+  state_ = std::make_unique<State>(torch_device(device));
+#if defined(KVMAP_TORCH_CUDA) && !defined(USE_ROCM)
+  if (shares_stream(device)) {
+    state_->stream_guard.emplace(c10::cuda::getStreamFromExternal(
+        static_cast<cudaStream_t>(device.stream), static_cast<c10::DeviceIndex>(device.index)));
+    return;
+  }
+#endif
+  state_->synchronize_on_exit = true;
+}
+
+TorchStreamScope::~TorchStreamScope() = default;
+
+void TorchStreamScope::finish() {
+  if (!state_ || !state_->synchronize_on_exit) return;
+  const c10::Device d = state_->device_guard.current_device();
+  c10::impl::VirtualGuardImpl(d.type()).getStream(d).synchronize();
+}
+
+}  // namespace kvmap::Impl
