@@ -51,7 +51,8 @@ std::vector<Timing> measure_interleaved(const kvmap::Comm& comm, const Settings&
       // On a GPU backend the work is asynchronous: a timed call ends when the device is idle
       // (Kokkos::fence synchronizes the device, torch's streams included).
       if (!on_host()) Kokkos::fence();
-      const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const double dt =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       samples[k].push_back(comm.allreduce_max(dt));
     }
   }
@@ -60,7 +61,9 @@ std::vector<Timing> measure_interleaved(const kvmap::Comm& comm, const Settings&
   return out;
 }
 
-bool on_host() { return Kokkos::SpaceAccessibility<Kokkos::HostSpace, kvmap::DistView<>::memory_space>::accessible; }
+bool on_host() {
+  return Kokkos::SpaceAccessibility<Kokkos::HostSpace, kvmap::DistView<>::memory_space>::accessible;
+}
 
 at::Device data_device() {
   return kvmap::Impl::torch_device(kvmap::Impl::device_of<kvmap::DistView<>::memory_space>());
@@ -71,9 +74,12 @@ Timing measure(const kvmap::Comm& comm, const Settings& s, const std::function<v
   return measure_interleaved(comm, s, {op}, reps_override).front();
 }
 
-Report::Report(const kvmap::Comm& comm, Settings settings) : comm_(comm), settings_(std::move(settings)) {}
+Report::Report(const kvmap::Comm& comm, Settings settings)
+    : comm_(comm), settings_(std::move(settings)) {}
 
-void Report::add(Record r) { records_.push_back(std::move(r)); }
+void Report::add(Record r) {
+  records_.push_back(std::move(r));
+}
 
 std::string format_seconds(double s) {
   char buf[64];
@@ -93,21 +99,25 @@ void Report::print_scenario(const std::string& scenario) const {
   if (scenario == "targets") {
     for (const Record& r : records_) {
       if (r.scenario != scenario) continue;
-      std::printf("%-58s %-7s worst %-10g (limit %g; %s)\n", r.case_name.c_str(), r.contender.c_str(),
-                  r.figures.at("worst"), r.figures.at("limit"), r.notes.at("worst_case").c_str());
+      std::printf("%-58s %-7s worst %-10g (limit %g; %s)\n", r.case_name.c_str(),
+                  r.contender.c_str(), r.figures.at("worst"), r.figures.at("limit"),
+                  r.notes.at("worst_case").c_str());
     }
     std::fflush(stdout);
     return;
   }
-  std::printf("%-34s %-22s %12s %25s  %s\n", "case", "contender", "median", "min .. max", "figures");
+  std::printf("%-34s %-22s %12s %25s  %s\n", "case", "contender", "median", "min .. max",
+              "figures");
   for (const Record& r : records_) {
     if (r.scenario != scenario) continue;
     std::ostringstream figs;
     for (const auto& [k, v] : r.figures) figs << k << "=" << v << " ";
     for (const auto& [k, v] : r.notes) figs << k << "=" << v << " ";
-    const std::string range = r.time.reps ? format_seconds(r.time.min) + " .. " + format_seconds(r.time.max) : "";
+    const std::string range =
+        r.time.reps ? format_seconds(r.time.min) + " .. " + format_seconds(r.time.max) : "";
     std::printf("%-34s %-22s %12s %25s  %s\n", r.case_name.c_str(), r.contender.c_str(),
-                r.time.reps ? format_seconds(r.time.median).c_str() : "-", range.c_str(), figs.str().c_str());
+                r.time.reps ? format_seconds(r.time.median).c_str() : "-", range.c_str(),
+                figs.str().c_str());
   }
   std::fflush(stdout);
 }
@@ -126,10 +136,12 @@ int Report::evaluate_targets() {
       {"unchunked path copies 0 bytes", "zero-copy", "bytes_copied_per_call", "", "", true, 0.0},
       {"per-call overhead over raw functorch <= 10 us (batch 16)", "overhead",
        "overhead_over_functorch_us", " n=16", "", true, 10.0},
-      {"vmap / direct <= 1.05 at 100,000 samples", "overhead", "vmap_over_direct", " n=100000", "", true, 1.05},
-      {"chunk_size 4096 within 1.15 of unchunked", "chunks", "time_over_unchunked", "", "chunk_size=4096",
-       true, 1.15},
-      {"redistribution >= 0.8 of the raw MPI collective", "redistribution", "ratio_to_raw", "", "", false, 0.8},
+      {"vmap / direct <= 1.05 at 100,000 samples", "overhead", "vmap_over_direct", " n=100000", "",
+       true, 1.05},
+      {"chunk_size 4096 within 1.15 of unchunked", "chunks", "time_over_unchunked", "",
+       "chunk_size=4096", true, 1.15},
+      {"redistribution >= 0.8 of the raw MPI collective", "redistribution", "ratio_to_raw", "", "",
+       false, 0.8},
   };
   int missed = 0;
   std::vector<Record> added;
@@ -141,11 +153,13 @@ int Report::evaluate_targets() {
     for (const Record& r : records_) {
       const std::string& c = r.case_name;
       if (r.scenario != t.scenario) continue;
-      if (c.size() < suffix.size() || c.compare(c.size() - suffix.size(), suffix.size(), suffix) != 0) continue;
+      if (c.size() < suffix.size() ||
+          c.compare(c.size() - suffix.size(), suffix.size(), suffix) != 0)
+        continue;
       if (*t.contender && r.contender != t.contender) continue;
       const auto it = r.figures.find(t.figure);
       if (it == r.figures.end()) continue;
-    const double v = it->second;
+      const double v = it->second;
       if (!seen || (t.at_most ? v > worst : v < worst)) {
         worst = v;
         where = c + " / " + r.contender;
@@ -188,11 +202,13 @@ void Report::write_json() const {
   std::ofstream out(settings_.json_path);
   const auto m = machine();
   for (const Record& r : records_) {
-    out << "{\"scenario\":\"" << json_escape(r.scenario) << "\",\"case\":\"" << json_escape(r.case_name)
-        << "\",\"contender\":\"" << json_escape(r.contender) << "\",\"median_s\":" << r.time.median
-        << ",\"min_s\":" << r.time.min << ",\"max_s\":" << r.time.max << ",\"reps\":" << r.time.reps;
+    out << "{\"scenario\":\"" << json_escape(r.scenario) << "\",\"case\":\""
+        << json_escape(r.case_name) << "\",\"contender\":\"" << json_escape(r.contender)
+        << "\",\"median_s\":" << r.time.median << ",\"min_s\":" << r.time.min
+        << ",\"max_s\":" << r.time.max << ",\"reps\":" << r.time.reps;
     for (const auto& [k, v] : r.figures) out << ",\"" << json_escape(k) << "\":" << v;
-    for (const auto& [k, v] : r.notes) out << ",\"" << json_escape(k) << "\":\"" << json_escape(v) << "\"";
+    for (const auto& [k, v] : r.notes)
+      out << ",\"" << json_escape(k) << "\":\"" << json_escape(v) << "\"";
     out << ",\"machine\":{";
     bool first = true;
     for (const auto& [k, v] : m) {
@@ -232,7 +248,8 @@ std::map<std::string, std::string> machine() {
       blas = "OpenBLAS (" + path + ")";
       break;
     }
-    if (path.find("libblas") != std::string::npos) blas = "reference or alternative BLAS (" + path + ")";
+    if (path.find("libblas") != std::string::npos)
+      blas = "reference or alternative BLAS (" + path + ")";
   }
   m["blas"] = blas;
   char host[256] = {};
@@ -266,13 +283,18 @@ void reset_peak_rss() {
   std::ofstream clear("/proc/self/clear_refs");
   clear << "5";  // resets VmHWM to the current RSS (Linux >= 4.0)
 }
-double peak_rss_mib() { return status_mib("VmHWM:"); }
-double current_rss_mib() { return status_mib("VmRSS:"); }
+double peak_rss_mib() {
+  return status_mib("VmHWM:");
+}
+double current_rss_mib() {
+  return status_mib("VmRSS:");
+}
 
 void require_same(bool ok, const std::string& scenario, const std::string& contender) {
   if (!ok) {
     throw std::runtime_error("kvmap-perf: in scenario '" + scenario + "' the contender '" +
-                             contender + "' computes something else than the reference; no "
+                             contender +
+                             "' computes something else than the reference; no "
                              "timing is reported");
   }
 }

@@ -28,7 +28,8 @@ const char* kOrder[] = {"zero-copy", "overhead", "chunks", "scaling", "redistrib
 
 int usage(int rc) {
   std::printf(
-      "usage: mpirun -np N kvmap-perf [--scenario NAME[,NAME...]] [--quick] [--json FILE] [--version]\n"
+      "usage: mpirun -np N kvmap-perf [--scenario NAME[,NAME...]] [--quick] [--json FILE] "
+      "[--version]\n"
       "scenarios: zero-copy overhead chunks scaling redistribution native (default: all)\n");
   return rc;
 }
@@ -78,7 +79,8 @@ int main(int argc, char** argv) {
     if (world.rank() == 0) {
       std::printf("kvmap-perf: %s, %d ranks%s\n", kvmap::build_info(), world.size(),
                   settings.quick ? ", quick" : "");
-      for (const auto& [k, v] : kvmap_perf::machine()) std::printf("  %s: %s\n", k.c_str(), v.c_str());
+      for (const auto& [k, v] : kvmap_perf::machine())
+        std::printf("  %s: %s\n", k.c_str(), v.c_str());
     }
     try {
       for (const auto& name : chosen) {
@@ -88,7 +90,8 @@ int main(int argc, char** argv) {
       const int missed = report.evaluate_targets();
       report.print_scenario("targets");
       if (world.rank() == 0) {
-        std::printf("%d target(s) missed in this run (reported, not asserted: see the README)\n", missed);
+        std::printf("%d target(s) missed in this run (reported, not asserted: see the README)\n",
+                    missed);
       }
       report.write_json();
     } catch (const std::exception& e) {

@@ -50,7 +50,8 @@ std::int64_t shared_elems(const Layout& from, int q, const Layout& to, int p) {
   return overlap(r0, r1, s0, s1) * overlap(c0, c1, t0, t1);
 }
 
-RawExchange raw_exchange(const Layout& from, const Layout& to, int me, int P, std::size_t itemsize) {
+RawExchange raw_exchange(const Layout& from, const Layout& to, int me, int P,
+                         std::size_t itemsize) {
   RawExchange x;
   x.sc.resize(P), x.sd.resize(P), x.rc.resize(P), x.rd.resize(P);
   std::int64_t s = 0, r = 0;
@@ -102,7 +103,9 @@ void scenario_redistribution(Report& report) {
     const double bytes = static_cast<double>(rows * cols * 8);
     report.progress("redistribution: " + size);
     View a = kvmap::random::uniform({rows, cols}, kvmap::DType::Float64, 0, comm, 9);
-    const at::Tensor full = kvmap::random::uniform({rows, cols}, kvmap::DType::Float64, 0, kvmap::Comm::self(), 9).local();
+    const at::Tensor full =
+        kvmap::random::uniform({rows, cols}, kvmap::DType::Float64, 0, kvmap::Comm::self(), 9)
+            .local();
     auto expect_local = [&](const View& v) {
       const Layout& l = v.layout();
       return full.narrow(*l.split(), l.offset(me), l.count(me));
@@ -111,17 +114,28 @@ void scenario_redistribution(Report& report) {
 
     // resplit 0 -> 1
     const Layout to1 = Layout::balanced({rows, cols}, 1, P);
-    require_same(at::equal(a.resplit(1).local(), expect_local(a.resplit(1))), "redistribution", "resplit");
+    require_same(at::equal(a.resplit(1).local(), expect_local(a.resplit(1))), "redistribution",
+                 "resplit");
     RawExchange x01 = raw_exchange(a.layout(), to1, me, P, 8);
     run_alltoallv(comm, x01);
     require_same(raw_exchange_ok(x01, me, P), "redistribution", "MPI_Alltoallv");
-    const auto t01 = measure_interleaved(comm, report.settings(),
-                                         {[&] { View b = a.resplit(1); }, [&] { run_alltoallv(comm, x01); }}, reps);
+    const auto t01 = measure_interleaved(
+        comm, report.settings(),
+        {[&] { View b = a.resplit(1); }, [&] { run_alltoallv(comm, x01); }}, reps);
     const Timing &t_resplit = t01[0], &t_raw01 = t01[1];
-    report.add({"redistribution", "resplit 0->1 " + size, "kvmap resplit", t_resplit,
-                {{"bytes_per_s", bytes / t_resplit.median}, {"ratio_to_raw", t_raw01.median / t_resplit.median}}, {}});
-    report.add({"redistribution", "resplit 0->1 " + size, "MPI_Alltoallv", t_raw01,
-                {{"bytes_per_s", bytes / t_raw01.median}}, {}});
+    report.add({"redistribution",
+                "resplit 0->1 " + size,
+                "kvmap resplit",
+                t_resplit,
+                {{"bytes_per_s", bytes / t_resplit.median},
+                 {"ratio_to_raw", t_raw01.median / t_resplit.median}},
+                {}});
+    report.add({"redistribution",
+                "resplit 0->1 " + size,
+                "MPI_Alltoallv",
+                t_raw01,
+                {{"bytes_per_s", bytes / t_raw01.median}},
+                {}});
 
     // balance of an unbalanced layout (rank r holds a share proportional to r + 1)
     std::vector<std::int64_t> counts(P);
@@ -135,12 +149,23 @@ void scenario_redistribution(Report& report) {
     RawExchange xb = raw_exchange(u.layout(), a.layout(), me, P, 8);
     run_alltoallv(comm, xb);
     require_same(raw_exchange_ok(xb, me, P), "redistribution", "MPI_Alltoallv");
-    const auto tb = measure_interleaved(comm, report.settings(),
-                                        {[&] { View b = u.balance(); }, [&] { run_alltoallv(comm, xb); }}, reps);
+    const auto tb = measure_interleaved(
+        comm, report.settings(), {[&] { View b = u.balance(); }, [&] { run_alltoallv(comm, xb); }},
+        reps);
     const Timing &t_balance = tb[0], &t_rawb = tb[1];
-    report.add({"redistribution", "balance " + size, "kvmap balance", t_balance,
-                {{"bytes_per_s", bytes / t_balance.median}, {"ratio_to_raw", t_rawb.median / t_balance.median}}, {}});
-    report.add({"redistribution", "balance " + size, "MPI_Alltoallv", t_rawb, {{"bytes_per_s", bytes / t_rawb.median}}, {}});
+    report.add({"redistribution",
+                "balance " + size,
+                "kvmap balance",
+                t_balance,
+                {{"bytes_per_s", bytes / t_balance.median},
+                 {"ratio_to_raw", t_rawb.median / t_balance.median}},
+                {}});
+    report.add({"redistribution",
+                "balance " + size,
+                "MPI_Alltoallv",
+                t_rawb,
+                {{"bytes_per_s", bytes / t_rawb.median}},
+                {}});
 
     // allgather
     require_same(at::equal(a.allgather(), full), "redistribution", "allgather");
@@ -151,33 +176,55 @@ void scenario_redistribution(Report& report) {
     }
     std::vector<char> gathered(static_cast<std::size_t>(bytes));
     const at::Tensor mine = a.local();
-    const auto tag = measure_interleaved(comm, report.settings(),
-                                         {[&] { (void)a.allgather(); },
-                                          [&] {
-                                            MPI_Allgatherv(mine.data_ptr(), gc[me], MPI_BYTE, gathered.data(),
-                                                           gc.data(), gd.data(), MPI_BYTE, comm.raw());
-                                          }},
-                                         reps);
+    const auto tag =
+        measure_interleaved(comm, report.settings(),
+                            {[&] { (void)a.allgather(); },
+                             [&] {
+                               MPI_Allgatherv(mine.data_ptr(), gc[me], MPI_BYTE, gathered.data(),
+                                              gc.data(), gd.data(), MPI_BYTE, comm.raw());
+                             }},
+                            reps);
     const Timing &t_ag = tag[0], &t_rawag = tag[1];
-    require_same(std::memcmp(gathered.data(), full.data_ptr(), gathered.size()) == 0, "redistribution", "MPI_Allgatherv");
-    report.add({"redistribution", "allgather " + size, "kvmap allgather", t_ag,
-                {{"bytes_per_s", bytes / t_ag.median}, {"ratio_to_raw", t_rawag.median / t_ag.median}}, {}});
-    report.add({"redistribution", "allgather " + size, "MPI_Allgatherv", t_rawag, {{"bytes_per_s", bytes / t_rawag.median}}, {}});
+    require_same(std::memcmp(gathered.data(), full.data_ptr(), gathered.size()) == 0,
+                 "redistribution", "MPI_Allgatherv");
+    report.add(
+        {"redistribution",
+         "allgather " + size,
+         "kvmap allgather",
+         t_ag,
+         {{"bytes_per_s", bytes / t_ag.median}, {"ratio_to_raw", t_rawag.median / t_ag.median}},
+         {}});
+    report.add({"redistribution",
+                "allgather " + size,
+                "MPI_Allgatherv",
+                t_rawag,
+                {{"bytes_per_s", bytes / t_rawag.median}},
+                {}});
 
     // gather to rank 0
     const at::Tensor g = a.gather(0);
     require_same(me != 0 || at::equal(g, full), "redistribution", "gather");
-    const auto tg = measure_interleaved(comm, report.settings(),
-                                        {[&] { (void)a.gather(0); },
-                                         [&] {
-                                           MPI_Gatherv(mine.data_ptr(), gc[me], MPI_BYTE, gathered.data(), gc.data(),
-                                                       gd.data(), MPI_BYTE, 0, comm.raw());
-                                         }},
-                                        reps);
+    const auto tg =
+        measure_interleaved(comm, report.settings(),
+                            {[&] { (void)a.gather(0); },
+                             [&] {
+                               MPI_Gatherv(mine.data_ptr(), gc[me], MPI_BYTE, gathered.data(),
+                                           gc.data(), gd.data(), MPI_BYTE, 0, comm.raw());
+                             }},
+                            reps);
     const Timing &t_g = tg[0], &t_rawg = tg[1];
-    report.add({"redistribution", "gather " + size, "kvmap gather", t_g,
-                {{"bytes_per_s", bytes / t_g.median}, {"ratio_to_raw", t_rawg.median / t_g.median}}, {}});
-    report.add({"redistribution", "gather " + size, "MPI_Gatherv", t_rawg, {{"bytes_per_s", bytes / t_rawg.median}}, {}});
+    report.add({"redistribution",
+                "gather " + size,
+                "kvmap gather",
+                t_g,
+                {{"bytes_per_s", bytes / t_g.median}, {"ratio_to_raw", t_rawg.median / t_g.median}},
+                {}});
+    report.add({"redistribution",
+                "gather " + size,
+                "MPI_Gatherv",
+                t_rawg,
+                {{"bytes_per_s", bytes / t_rawg.median}},
+                {}});
   }
 }
 
@@ -189,9 +236,12 @@ void scenario_native(Report& report) {
   }
   using Host = Kokkos::DefaultHostExecutionSpace;
   const std::int64_t n = report.settings().quick ? 20000 : 100000, m = 8;
-  report.progress("native: batched " + std::to_string(m) + "x" + std::to_string(m) + " GEMM, " + std::to_string(n) + " per rank");
-  const at::Tensor A = at::randn({n, m, m}, at::detail::createCPUGenerator(40 + comm.rank()), at::kDouble);
-  const at::Tensor B = at::randn({n, m, m}, at::detail::createCPUGenerator(50 + comm.rank()), at::kDouble);
+  report.progress("native: batched " + std::to_string(m) + "x" + std::to_string(m) + " GEMM, " +
+                  std::to_string(n) + " per rank");
+  const at::Tensor A =
+      at::randn({n, m, m}, at::detail::createCPUGenerator(40 + comm.rank()), at::kDouble);
+  const at::Tensor B =
+      at::randn({n, m, m}, at::detail::createCPUGenerator(50 + comm.rank()), at::kDouble);
   View a = View::from_local(A, 0, comm), b = View::from_local(B, 0, comm);
   auto vmm = kvmap::vmap([](const at::Tensor& x, const at::Tensor& y) { return at::matmul(x, y); });
   const at::Tensor reference = at::bmm(A, B);
@@ -199,23 +249,34 @@ void scenario_native(Report& report) {
   auto Av = a.local_view<double***, Kokkos::LayoutRight>();
   auto Bv = b.local_view<double***, Kokkos::LayoutRight>();
   auto kk_gemm = [&] {
-    Kokkos::parallel_for("kvmap-perf::batched_gemm", Kokkos::RangePolicy<Host>(0, n), [=](const std::int64_t i) {
-      auto ai = Kokkos::subview(Av, i, Kokkos::ALL, Kokkos::ALL);
-      auto bi = Kokkos::subview(Bv, i, Kokkos::ALL, Kokkos::ALL);
-      auto ci = Kokkos::subview(C, i, Kokkos::ALL, Kokkos::ALL);
-      KokkosBatched::SerialGemm<KokkosBatched::Trans::NoTranspose, KokkosBatched::Trans::NoTranspose,
-                                KokkosBatched::Algo::Gemm::Unblocked>::invoke(1.0, ai, bi, 0.0, ci);
-    });
+    Kokkos::parallel_for(
+        "kvmap-perf::batched_gemm", Kokkos::RangePolicy<Host>(0, n), [=](const std::int64_t i) {
+          auto ai = Kokkos::subview(Av, i, Kokkos::ALL, Kokkos::ALL);
+          auto bi = Kokkos::subview(Bv, i, Kokkos::ALL, Kokkos::ALL);
+          auto ci = Kokkos::subview(C, i, Kokkos::ALL, Kokkos::ALL);
+          KokkosBatched::SerialGemm<KokkosBatched::Trans::NoTranspose,
+                                    KokkosBatched::Trans::NoTranspose,
+                                    KokkosBatched::Algo::Gemm::Unblocked>::invoke(1.0, ai, bi, 0.0,
+                                                                                  ci);
+        });
     Host().fence();
   };
   kk_gemm();
-  require_same(at::allclose(kvmap::to_tensor(C), reference, 1e-10, 1e-10), "native", "KokkosBatched SerialGemm");
-  require_same(at::allclose(vmm(a, b).local(), reference, 1e-10, 1e-10), "native", "kvmap::vmap(matmul)");
-  const auto tm = measure_interleaved(comm, report.settings(),
-                                      {[&] { View c = vmm(a, b); }, kk_gemm, [&] { (void)at::bmm(A, B); }});
+  require_same(at::allclose(kvmap::to_tensor(C), reference, 1e-10, 1e-10), "native",
+               "KokkosBatched SerialGemm");
+  require_same(at::allclose(vmm(a, b).local(), reference, 1e-10, 1e-10), "native",
+               "kvmap::vmap(matmul)");
+  const auto tm =
+      measure_interleaved(comm, report.settings(),
+                          {[&] { View c = vmm(a, b); }, kk_gemm, [&] { (void)at::bmm(A, B); }});
   const Timing &t_vmap = tm[0], &t_kk = tm[1], &t_bmm = tm[2];
   const std::string gemm_case = "gemm 8x8 n=" + std::to_string(n);
-  report.add({"native", gemm_case, "kvmap::vmap(matmul)", t_vmap, {{"over_kokkos_batched", t_vmap.median / t_kk.median}}, {}});
+  report.add({"native",
+              gemm_case,
+              "kvmap::vmap(matmul)",
+              t_vmap,
+              {{"over_kokkos_batched", t_vmap.median / t_kk.median}},
+              {}});
   report.add({"native", gemm_case, "KokkosBatched gemm", t_kk, {}, {}});
   report.add({"native", gemm_case, "torch bmm (direct)", t_bmm, {}, {}});
 
@@ -236,17 +297,30 @@ void scenario_native(Report& report) {
     MPI_Allreduce(&local, &global, 1, MPI_DOUBLE, MPI_SUM, comm.raw());
     return std::sqrt(global);
   };
-  require_same(std::abs(kvmap::linalg::dot(x, y) - raw_dot()) <= 1e-9 * std::abs(raw_dot()), "native", "kvmap::linalg::dot");
-  require_same(std::abs(kvmap::linalg::nrm2(x) - raw_nrm2()) <= 1e-9 * raw_nrm2(), "native", "kvmap::linalg::nrm2");
-  const auto tl = measure_interleaved(comm, report.settings(),
-                                      {[&] { (void)kvmap::linalg::dot(x, y); }, [&] { (void)raw_dot(); },
-                                       [&] { (void)kvmap::linalg::nrm2(x); }, [&] { (void)raw_nrm2(); }},
-                                      std::max(9, report.settings().reps));
+  require_same(std::abs(kvmap::linalg::dot(x, y) - raw_dot()) <= 1e-9 * std::abs(raw_dot()),
+               "native", "kvmap::linalg::dot");
+  require_same(std::abs(kvmap::linalg::nrm2(x) - raw_nrm2()) <= 1e-9 * raw_nrm2(), "native",
+               "kvmap::linalg::nrm2");
+  const auto tl =
+      measure_interleaved(comm, report.settings(),
+                          {[&] { (void)kvmap::linalg::dot(x, y); }, [&] { (void)raw_dot(); },
+                           [&] { (void)kvmap::linalg::nrm2(x); }, [&] { (void)raw_nrm2(); }},
+                          std::max(9, report.settings().reps));
   const Timing &t_dot = tl[0], &t_rdot = tl[1], &t_nrm = tl[2], &t_rnrm = tl[3];
   const std::string blas_case = "n/rank=" + std::to_string(len);
-  report.add({"native", "dot " + blas_case, "kvmap::linalg::dot", t_dot, {{"over_raw", t_dot.median / t_rdot.median}}, {}});
+  report.add({"native",
+              "dot " + blas_case,
+              "kvmap::linalg::dot",
+              t_dot,
+              {{"over_raw", t_dot.median / t_rdot.median}},
+              {}});
   report.add({"native", "dot " + blas_case, "KokkosBlas+Allreduce", t_rdot, {}, {}});
-  report.add({"native", "nrm2 " + blas_case, "kvmap::linalg::nrm2", t_nrm, {{"over_raw", t_nrm.median / t_rnrm.median}}, {}});
+  report.add({"native",
+              "nrm2 " + blas_case,
+              "kvmap::linalg::nrm2",
+              t_nrm,
+              {{"over_raw", t_nrm.median / t_rnrm.median}},
+              {}});
   report.add({"native", "nrm2 " + blas_case, "KokkosBlas+Allreduce", t_rnrm, {}, {}});
 }
 

@@ -14,18 +14,22 @@ namespace {
 using View = kvmap::DistView<>;
 
 at::Tensor seeded_randn(at::IntArrayRef shape, std::uint64_t seed) {
-  return at::randn(shape, at::detail::createCPUGenerator(seed), at::TensorOptions().dtype(at::kFloat)).to(data_device());
+  return at::randn(shape, at::detail::createCPUGenerator(seed),
+                   at::TensorOptions().dtype(at::kFloat))
+      .to(data_device());
 }
 
 // The same batch through functorch directly: one vmap level around the local tensor.
-at::Tensor raw_functorch(const std::function<at::Tensor(const at::Tensor&)>& f, const at::Tensor& x) {
+at::Tensor raw_functorch(const std::function<at::Tensor(const at::Tensor&)>& f,
+                         const at::Tensor& x) {
   namespace tc = kvmap::Impl::torch_compat;
   auto lock = tc::vmap_region_lock();
   tc::VmapLevel level(x.size(0), tc::VmapRandomness::Error);
   return level.remove_batch_dim(f(level.add_batch_dim(x, 0)), 0);
 }
 
-at::Tensor per_sample_loop(const std::function<at::Tensor(const at::Tensor&)>& f, const at::Tensor& x) {
+at::Tensor per_sample_loop(const std::function<at::Tensor(const at::Tensor&)>& f,
+                           const at::Tensor& x) {
   std::vector<at::Tensor> outs;
   outs.reserve(static_cast<std::size_t>(x.size(0)));
   for (std::int64_t i = 0; i < x.size(0); ++i) outs.push_back(f(x[i]));
@@ -61,26 +65,37 @@ void scenario_overhead(Report& report) {
       auto vf = kvmap::vmap(fn.per_sample);
       const at::Tensor direct = fn.batched(xl);
       require_same(close(vf(x).local(), direct), "overhead", "kvmap::vmap");
-      require_same(close(raw_functorch(fn.per_sample, xl), direct), "overhead", "raw functorch vmap");
+      require_same(close(raw_functorch(fn.per_sample, xl), direct), "overhead",
+                   "raw functorch vmap");
       const bool run_loop = n <= 100000;
-      if (run_loop) require_same(close(per_sample_loop(fn.per_sample, xl), direct), "overhead", "per-sample loop");
+      if (run_loop)
+        require_same(close(per_sample_loop(fn.per_sample, xl), direct), "overhead",
+                     "per-sample loop");
       const int reps = n <= 1024 ? 200 : std::max(5, report.settings().reps);
-      const auto t = measure_interleaved(comm, report.settings(),
-                                         {[&] { (void)fn.batched(xl); },
-                                          [&] { (void)raw_functorch(fn.per_sample, xl); },
-                                          [&] { (void)vf(x); }},
-                                         reps);
+      const auto t = measure_interleaved(
+          comm, report.settings(),
+          {[&] { (void)fn.batched(xl); }, [&] { (void)raw_functorch(fn.per_sample, xl); },
+           [&] { (void)vf(x); }},
+          reps);
       const Timing &t_direct = t[0], &t_raw = t[1], &t_kvmap = t[2];
-      const Timing t_loop = measure(comm, report.settings(), [&] { (void)per_sample_loop(fn.per_sample, xl); },
-                                    n <= 1024 ? 20 : 3);
+      const Timing t_loop = measure(
+          comm, report.settings(), [&] { (void)per_sample_loop(fn.per_sample, xl); },
+          n <= 1024 ? 20 : 3);
       report.add({"overhead", case_name, "direct batched", t_direct, {}, {}});
       report.add({"overhead", case_name, "raw functorch", t_raw, {}, {}});
-      report.add({"overhead", case_name, "kvmap::vmap", t_kvmap,
+      report.add({"overhead",
+                  case_name,
+                  "kvmap::vmap",
+                  t_kvmap,
                   {{"vmap_over_direct", t_kvmap.median / t_direct.median},
                    {"overhead_over_functorch_us", (t_kvmap.median - t_raw.median) * 1e6}},
                   {}});
-      report.add({"overhead", case_name, "per-sample loop", t_loop,
-                  {{"loop_over_vmap", t_loop.median / t_kvmap.median}}, {}});
+      report.add({"overhead",
+                  case_name,
+                  "per-sample loop",
+                  t_loop,
+                  {{"loop_over_vmap", t_loop.median / t_kvmap.median}},
+                  {}});
     }
   }
 }
@@ -112,13 +127,17 @@ void scenario_chunks(Report& report) {
     require_same(close(vf(x).local(), reference), "chunks", name);
     const double peak = peaks[i];
     // Interleaved with the unchunked call, so the ratio survives drifts.
-    const auto both = measure_interleaved(comm, report.settings(),
-                                          {[&] { View y = vf(x); }, [&] { View y = unchunked_f(x); }},
-                                          cs && *cs < 16 ? 3 : 0);
+    const auto both = measure_interleaved(
+        comm, report.settings(), {[&] { View y = vf(x); }, [&] { View y = unchunked_f(x); }},
+        cs && *cs < 16 ? 3 : 0);
     const Timing& t = both[0];
     unchunked = both[1].median;
-    report.add({"chunks", "n=100000 hidden=256", name, t,
-                {{"time_over_unchunked", t.median / unchunked}, {"peak_extra_mib", peak}}, {}});
+    report.add({"chunks",
+                "n=100000 hidden=256",
+                name,
+                t,
+                {{"time_over_unchunked", t.median / unchunked}, {"peak_extra_mib", peak}},
+                {}});
   }
   // Chunks in flight: 2 at once against 1 at a time, interleaved. Two run at once only where
   // the host execution space has two threads and LibTorch runs vmaps concurrently (2.x); each
@@ -131,10 +150,14 @@ void scenario_chunks(Report& report) {
     require_same(close(two(x).local(), reference), "chunks", name);
     const auto both = measure_interleaved(comm, report.settings(),
                                           {[&] { View y = two(x); }, [&] { View y = one(x); }}, 0);
-    report.add({"chunks", "n=100000 hidden=256", name, both[0],
-                {{"time_over_concurrency_1", both[0].median / both[1].median},
-                 {"host_threads", static_cast<double>(Kokkos::DefaultHostExecutionSpace().concurrency())}},
-                {}});
+    report.add(
+        {"chunks",
+         "n=100000 hidden=256",
+         name,
+         both[0],
+         {{"time_over_concurrency_1", both[0].median / both[1].median},
+          {"host_threads", static_cast<double>(Kokkos::DefaultHostExecutionSpace().concurrency())}},
+         {}});
   }
 }
 
@@ -167,10 +190,18 @@ void scenario_scaling(Report& report) {
       strong1 = strong.median;
       weak1 = weak.median;
     }
-    report.add({"scaling", "strong n=" + std::to_string(strong_n), std::to_string(k) + " ranks", strong,
-                {{"efficiency", me == 0 ? strong1 / (k * strong.median) : 0}}, {}});
-    report.add({"scaling", "weak n/rank=" + std::to_string(weak_n), std::to_string(k) + " ranks", weak,
-                {{"efficiency", me == 0 ? weak1 / weak.median : 0}}, {}});
+    report.add({"scaling",
+                "strong n=" + std::to_string(strong_n),
+                std::to_string(k) + " ranks",
+                strong,
+                {{"efficiency", me == 0 ? strong1 / (k * strong.median) : 0}},
+                {}});
+    report.add({"scaling",
+                "weak n/rank=" + std::to_string(weak_n),
+                std::to_string(k) + " ranks",
+                weak,
+                {{"efficiency", me == 0 ? weak1 / weak.median : 0}},
+                {}});
   }
 }
 
@@ -182,9 +213,12 @@ void scenario_zero_copy(Report& report) {
     std::function<at::Tensor(const at::Tensor&)> f;
     bool returns_input;  // its output would be the input's memory: copied once (no aliasing)
   };
-  const std::vector<Case> cases = {{"x*2 (new output)", [](const at::Tensor& v) { return v * 2; }, false},
-                                   {"x.t() (strided output)", [](const at::Tensor& v) { return (v * 2).unsqueeze(0).t(); }, false},
-                                   {"identity (copied: outputs never alias inputs)", [](const at::Tensor& v) { return v; }, true}};
+  const std::vector<Case> cases = {
+      {"x*2 (new output)", [](const at::Tensor& v) { return v * 2; }, false},
+      {"x.t() (strided output)", [](const at::Tensor& v) { return (v * 2).unsqueeze(0).t(); },
+       false},
+      {"identity (copied: outputs never alias inputs)", [](const at::Tensor& v) { return v; },
+       true}};
   for (const Case& c : cases) {
     auto vf = kvmap::vmap(c.f);
     { View warm = vf(x); }
@@ -195,12 +229,18 @@ void scenario_zero_copy(Report& report) {
     const double shard = static_cast<double>(x.local().numel() * x.local().element_size());
     // The design promises zero copies for new outputs, exactly one copy of an output that is
     // the input: anything else is a defect, not a slow result.
-    const bool ok = c.returns_input ? copied == shard && y.local().data_ptr() != x.local().data_ptr() : copied == 0;
-    require_same(comm.allreduce_max(ok ? 0.0 : 1.0) == 0.0 && y.local().data_ptr() != nullptr, "zero-copy",
+    const bool ok = c.returns_input
+                        ? copied == shard && y.local().data_ptr() != x.local().data_ptr()
+                        : copied == 0;
+    require_same(comm.allreduce_max(ok ? 0.0 : 1.0) == 0.0 && y.local().data_ptr() != nullptr,
+                 "zero-copy",
                  std::string(c.name) + " (copied " + std::to_string(copied) + " bytes on rank " +
                      std::to_string(comm.rank()) + ")");
     const double worst = comm.allreduce_max(copied);
-    report.add({"zero-copy", c.name, "kvmap::vmap unchunked", {},
+    report.add({"zero-copy",
+                c.name,
+                "kvmap::vmap unchunked",
+                {},
                 {{c.returns_input ? "bytes_copied_over_shard" : "bytes_copied_per_call",
                   c.returns_input ? worst / shard : worst}},
                 {}});

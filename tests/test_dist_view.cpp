@@ -21,7 +21,8 @@ TEST_CASE("factories: shapes, values and layouts") {
   CHECK(f.lshape() == Shape{4, f.layout().count(me)});
 
   auto a = View::arange(11, DType::Int64, 0);
-  at::Tensor expect = at::arange(a.layout().offset(me), a.layout().offset(me) + a.layout().count(me), on_device(at::kLong));
+  at::Tensor expect = at::arange(
+      a.layout().offset(me), a.layout().offset(me) + a.layout().count(me), on_device(at::kLong));
   CHECK(at::equal(a.local(), expect));
 
   auto r = View::full({3}, 1.0, DType::Int32, std::nullopt);
@@ -153,11 +154,15 @@ TEST_CASE("bad input raises on every rank with a clear message") {
   }
   SUBCASE("factory: split out of range everywhere") {
     expect_collective_error<kvmap::ValueError>(
-        [&] { View::zeros({4, 4}, DType::Float32, 3); }, [] {
+        [&] {
+          View::zeros({4, 4}, DType::Float32, 3);
+        },
+        [] {
           std::vector<int> all;
           for (int r = 0; r < nranks(); ++r) all.push_back(r);
           return all;
-        }(), "split axis 3 is out of range");
+        }(),
+        "split axis 3 is out of range");
   }
   SUBCASE("factory: negative extent") {
     try {
@@ -173,8 +178,10 @@ TEST_CASE("bad input raises on every rank with a clear message") {
   SUBCASE("factory: arguments differ on one rank") {
     if (nranks() > 1) {
       expect_collective_error<kvmap::ValueError>(
-          [&] { View::zeros({me == odd ? 5 : 4, 2}, DType::Float32, 0); }, {odd},
-          "needs the same arguments on every rank");
+          [&] {
+            View::zeros({me == odd ? 5 : 4, 2}, DType::Float32, 0);
+          },
+          {odd}, "needs the same arguments on every rank");
     }
   }
   SUBCASE("ranks pass different arrays: the agreement compares their layouts") {
@@ -185,7 +192,8 @@ TEST_CASE("bad input raises on every rank with a clear message") {
       for (const auto& call : std::vector<std::function<void()>>{
                [&] { mine.gather(0); }, [&] { mine.allgather(); }, [&] { mine.resplit(1); },
                [&] { mine.balance(); }, [&] { kvmap::linalg::nrm2(mine); }}) {
-        expect_collective_error<kvmap::ValueError>(call, {odd}, "needs the same arguments on every rank");
+        expect_collective_error<kvmap::ValueError>(call, {odd},
+                                                   "needs the same arguments on every rank");
       }
     }
   }
@@ -230,7 +238,8 @@ TEST_CASE("bad input raises on every rank with a clear message") {
   }
 }
 
-TEST_CASE("communicators: one duplicate per user communicator, shared state, no MPI when a Comm goes") {
+TEST_CASE(
+    "communicators: one duplicate per user communicator, shared state, no MPI when a Comm goes") {
   const int me = rank();
   const kvmap::Comm a(MPI_COMM_WORLD), b(MPI_COMM_WORLD);
   CHECK(a.raw() == b.raw());
@@ -257,7 +266,11 @@ TEST_CASE("communicators: one duplicate per user communicator, shared state, no 
   auto v = View::arange(10, DType::Int64, 0, reversed);
   CHECK(bit_equal(v.allgather(), at::arange(10, at::kLong)));
   // Unseeded draws with a fresh Comm of the same communicator each time continue one stream.
-  const at::Tensor first = kvmap::random::uniform<TestMemSpace>({8}, DType::Float64, 0, kvmap::Comm(MPI_COMM_WORLD)).allgather();
-  const at::Tensor second = kvmap::random::uniform<TestMemSpace>({8}, DType::Float64, 0, kvmap::Comm(MPI_COMM_WORLD)).allgather();
+  const at::Tensor first =
+      kvmap::random::uniform<TestMemSpace>({8}, DType::Float64, 0, kvmap::Comm(MPI_COMM_WORLD))
+          .allgather();
+  const at::Tensor second =
+      kvmap::random::uniform<TestMemSpace>({8}, DType::Float64, 0, kvmap::Comm(MPI_COMM_WORLD))
+          .allgather();
   CHECK_FALSE(at::equal(first, second));
 }

@@ -80,11 +80,17 @@ TEST_CASE("bad arguments raise ValueError naming the problem") {
   CHECK(message([] { Layout::balanced({4}, 1, 2); }).find("out of range") != std::string::npos);
   CHECK(message([] { Layout::balanced({4}, -2, 2); }).find("split axis -2") != std::string::npos);
   CHECK(message([] { Layout::balanced({}, 0, 2); }).find("0-dimensional") != std::string::npos);
-  CHECK(message([] { Layout::balanced({4, -1}, 0, 2); }).find("negative extent") != std::string::npos);
+  CHECK(message([] {
+          Layout::balanced({4, -1}, 0, 2);
+        }).find("negative extent") != std::string::npos);
   CHECK(message([] { Layout::balanced({4}, 0, 0); }).find("nranks") != std::string::npos);
   CHECK(message([] { Layout::from_counts({5}, 0, {2, 2}); }).find("sum to 4") != std::string::npos);
-  CHECK(message([] { Layout::from_counts({5}, 0, {4, 4}); }).find("sum to more") != std::string::npos);
-  CHECK(message([] { Layout::from_counts({5}, 0, {-1, 6}); }).find("negative") != std::string::npos);
+  CHECK(message([] {
+          Layout::from_counts({5}, 0, {4, 4});
+        }).find("sum to more") != std::string::npos);
+  CHECK(message([] {
+          Layout::from_counts({5}, 0, {-1, 6});
+        }).find("negative") != std::string::npos);
   CHECK(message([] { Layout::from_counts({5}, 0, {}); }).find("empty") != std::string::npos);
   const int64_t big = std::numeric_limits<int64_t>::max() / 2;
   CHECK(message([&] { Layout::balanced({big, 3}, 0, 2); }).find("int64") != std::string::npos);
@@ -94,5 +100,6 @@ TEST_CASE("bad arguments raise ValueError naming the problem") {
 }
 
 TEST_CASE("str() names shape, split and counts") {
-  CHECK(Layout::from_counts({5, 2}, 0, {3, 2}).str() == "Layout(gshape=[5, 2], split=0, counts=[3, 2])");
+  CHECK(Layout::from_counts({5, 2}, 0, {3, 2}).str() ==
+        "Layout(gshape=[5, 2], split=0, counts=[3, 2])");
 }

@@ -23,7 +23,8 @@ at::Tensor expected_local(const at::Tensor& full, const Layout& layout, int r) {
 // Random-looking but deterministic unbalanced counts (some ranks empty) summing to n.
 std::vector<int64_t> uneven_counts(int64_t n, int P, int salt) {
   std::vector<int64_t> counts(P, 0);
-  for (int64_t i = 0; i < n; ++i) counts[(i * 7 + salt * 3 + i / 3) % P == 0 ? 0 : (i * 5 + salt) % P]++;
+  for (int64_t i = 0; i < n; ++i)
+    counts[(i * 7 + salt * 3 + i / 3) % P == 0 ? 0 : (i * 5 + salt) % P]++;
   return counts;
 }
 
@@ -108,7 +109,8 @@ TEST_CASE("non-contiguous sources: transposed tensors and LayoutLeft views") {
   CHECK_FALSE(mine.is_contiguous());
   auto d = View::from_local(mine, 0);
   CHECK(bit_equal(d.allgather(), full));
-  CHECK(bit_equal(d.resplit(1).local(), expected_local(full, Layout::balanced(full.sizes().vec(), 1, P), me)));
+  CHECK(bit_equal(d.resplit(1).local(),
+                  expected_local(full, Layout::balanced(full.sizes().vec(), 1, P), me)));
 }
 
 TEST_CASE("fewer rows than ranks leaves shards empty") {
@@ -151,7 +153,8 @@ TEST_CASE("counts above the MPI count limit take the large-count path") {
   const int me = rank();
   const at::Tensor full = pattern({23, 6}, at::kDouble, 8);
   auto a = View::from_global(full, 0);
-  CHECK(bit_equal(a.resplit(1).local(), expected_local(full, Layout::balanced({23, 6}, 1, nranks()), me)));
+  CHECK(bit_equal(a.resplit(1).local(),
+                  expected_local(full, Layout::balanced({23, 6}, 1, nranks()), me)));
   CHECK(bit_equal(a.allgather(), full));
   auto s = View::scatter(me == 0 ? full : at::Tensor(), 1);
   const at::Tensor g = s.gather(0);
@@ -160,7 +163,8 @@ TEST_CASE("counts above the MPI count limit take the large-count path") {
   CHECK(kvmap::Impl::mpi_count_limit() == saved);
 }
 
-TEST_CASE("staged through host buffers (as without a GPU-aware MPI): same results, staging counted") {
+TEST_CASE(
+    "staged through host buffers (as without a GPU-aware MPI): same results, staging counted") {
   // What a device memory space does when MPI cannot read it, forced on this backend's memory.
   const int me = rank(), P = nranks();
   const at::Tensor full = pattern({23, 6}, at::kDouble, 9);
@@ -208,28 +212,35 @@ TEST_CASE("random arrays do not depend on the number of ranks") {
   const int me = rank(), P = nranks();
   for (DType dt : {DType::Float32, DType::Float64}) {
     INFO("dtype " << kvmap::name(dt));
-    const at::Tensor u = kvmap::random::uniform<TestMemSpace>({37, 3}, dt, 0, world(), 1234).allgather();
-    const at::Tensor n = kvmap::random::normal<TestMemSpace>({37, 3}, dt, 1, world(), 99).allgather();
+    const at::Tensor u =
+        kvmap::random::uniform<TestMemSpace>({37, 3}, dt, 0, world(), 1234).allgather();
+    const at::Tensor n =
+        kvmap::random::normal<TestMemSpace>({37, 3}, dt, 1, world(), 99).allgather();
     // The same arrays built by every prefix sub-communicator {0..k-1}, k = 1..P.
     for_each_prefix_comm([&](const kvmap::Comm& sub) {
-      CHECK(bit_equal(kvmap::random::uniform<TestMemSpace>({37, 3}, dt, 1, sub, 1234).allgather(), u));
+      CHECK(bit_equal(kvmap::random::uniform<TestMemSpace>({37, 3}, dt, 1, sub, 1234).allgather(),
+                      u));
       CHECK(bit_equal(kvmap::random::normal<TestMemSpace>({37, 3}, dt, 0, sub, 99).allgather(), n));
     });
     CHECK(u.min().item<double>() >= 0.0);
     CHECK(u.max().item<double>() < 1.0);
-    CHECK_FALSE(bit_equal(u, kvmap::random::uniform<TestMemSpace>({37, 3}, dt, 0, world(), 1235).allgather()));
+    CHECK_FALSE(bit_equal(
+        u, kvmap::random::uniform<TestMemSpace>({37, 3}, dt, 0, world(), 1235).allgather()));
   }
   // Moments of a large sample.
-  const at::Tensor big = kvmap::random::uniform<TestMemSpace>({200000}, DType::Float64, 0, world(), 7).allgather();
+  const at::Tensor big =
+      kvmap::random::uniform<TestMemSpace>({200000}, DType::Float64, 0, world(), 7).allgather();
   CHECK(big.mean().item<double>() == doctest::Approx(0.5).epsilon(0.01));
   CHECK(big.var().item<double>() == doctest::Approx(1.0 / 12).epsilon(0.02));
-  const at::Tensor gauss = kvmap::random::normal<TestMemSpace>({200000}, DType::Float64, 0, world(), 8).allgather();
+  const at::Tensor gauss =
+      kvmap::random::normal<TestMemSpace>({200000}, DType::Float64, 0, world(), 8).allgather();
   CHECK(std::abs(gauss.mean().item<double>()) < 0.01);
   CHECK(gauss.std().item<double>() == doctest::Approx(1.0).epsilon(0.01));
   // Unseeded calls draw fresh streams, identically on every rank after manual_seed.
   kvmap::manual_seed(5);
   const at::Tensor first = kvmap::random::uniform<TestMemSpace>({8}, DType::Float64, 0).allgather();
-  const at::Tensor second = kvmap::random::uniform<TestMemSpace>({8}, DType::Float64, 0).allgather();
+  const at::Tensor second =
+      kvmap::random::uniform<TestMemSpace>({8}, DType::Float64, 0).allgather();
   CHECK_FALSE(bit_equal(first, second));
   kvmap::manual_seed(5);
   CHECK(bit_equal(kvmap::random::uniform<TestMemSpace>({8}, DType::Float64, 0).allgather(), first));
@@ -288,19 +299,21 @@ TEST_CASE("unchanged layouts: resplit, balance and redistribute return arrays of
   // Every operation that keeps the layout still returns new memory (copied locally, counted,
   // no communication): writing to the result leaves the source as it was.
   const int P = nranks();
-  for (std::optional<int> split : {std::optional<int>(0), std::optional<int>(1), std::optional<int>()}) {
+  for (std::optional<int> split :
+       {std::optional<int>(0), std::optional<int>(1), std::optional<int>()}) {
     INFO("split " << (split ? std::to_string(*split) : std::string("None")));
     const at::Tensor full = pattern({2 * P + 1, 3}, at::kFloat, 9);
     auto x = View::from_global(full, split);  // balanced already
-    const std::vector<std::function<View()>> ops = {
-        [&] { return x.resplit(split); }, [&] { return x.balance(); },
-        [&] { return x.redistribute(x.layout()); }};
+    const std::vector<std::function<View()>> ops = {[&] { return x.resplit(split); },
+                                                    [&] { return x.balance(); },
+                                                    [&] { return x.redistribute(x.layout()); }};
     for (const auto& op : ops) {
       const auto before = kvmap::stats();
       View y = op();
       const auto after = kvmap::stats();
       CHECK(y.layout() == x.layout());
-      CHECK(after.bytes_copied - before.bytes_copied == static_cast<uint64_t>(x.local().numel() * 4));
+      CHECK(after.bytes_copied - before.bytes_copied ==
+            static_cast<uint64_t>(x.local().numel() * 4));
       CHECK(bit_equal(y.allgather(), full));
       if (y.local().numel() > 0) CHECK(y.local().data_ptr() != x.local().data_ptr());
       y.local().fill_(-1.0f);
@@ -312,20 +325,26 @@ TEST_CASE("unchanged layouts: resplit, balance and redistribute return arrays of
 TEST_CASE("linalg: dot, nrm2, axpby against torch on the gathered arrays") {
   const int me = rank(), P = nranks();
   for (at::ScalarType type : {at::kFloat, at::kDouble}) {
-    const at::Tensor xf = on_device(at::randn({5 * P + 3, 4}, at::detail::createCPUGenerator(31), at::kDouble).to(type));
-    const at::Tensor yf = on_device(at::randn({5 * P + 3, 4}, at::detail::createCPUGenerator(32), at::kDouble).to(type));
+    const at::Tensor xf = on_device(
+        at::randn({5 * P + 3, 4}, at::detail::createCPUGenerator(31), at::kDouble).to(type));
+    const at::Tensor yf = on_device(
+        at::randn({5 * P + 3, 4}, at::detail::createCPUGenerator(32), at::kDouble).to(type));
     auto x = View::from_global(xf, 0);
     auto y = View::from_global(yf, 0);
     const double tol = type == at::kFloat ? 1e-4 : 1e-12;
-    CHECK(kvmap::linalg::dot(x, y) == doctest::Approx((xf.to(at::kDouble) * yf.to(at::kDouble)).sum().item<double>()).epsilon(tol));
-    CHECK(kvmap::linalg::nrm2(x) == doctest::Approx(xf.to(at::kDouble).norm().item<double>()).epsilon(tol));
+    CHECK(kvmap::linalg::dot(x, y) ==
+          doctest::Approx((xf.to(at::kDouble) * yf.to(at::kDouble)).sum().item<double>())
+              .epsilon(tol));
+    CHECK(kvmap::linalg::nrm2(x) ==
+          doctest::Approx(xf.to(at::kDouble).norm().item<double>()).epsilon(tol));
     // The same value on every rank, bit for bit.
     const double d = kvmap::linalg::dot(x, y);
     for (double v : world().allgather(d)) CHECK(v == d);
     kvmap::linalg::axpby(2.0, x, -0.5, y);
     CHECK(at::allclose(y.allgather(), 2.0 * xf - 0.5 * yf, tol, tol));
     auto v1 = View::from_global(xf.select(1, 0).contiguous(), 0);
-    CHECK(kvmap::linalg::nrm2(v1) == doctest::Approx(xf.select(1, 0).to(at::kDouble).norm().item<double>()).epsilon(tol));
+    CHECK(kvmap::linalg::nrm2(v1) ==
+          doctest::Approx(xf.select(1, 0).to(at::kDouble).norm().item<double>()).epsilon(tol));
   }
   // nrm2 where squaring would over- or underflow: the reference scales in plain arithmetic
   // (every element is c times a small integer, so the norm is c times the integers' norm).
@@ -335,29 +354,37 @@ TEST_CASE("linalg: dot, nrm2, axpby against torch on the gathered arrays") {
       const at::Tensor ints = (at::arange(3 * P + 2, on_device(at::kDouble)).remainder(5) + 1);
       auto x = View::from_global((ints * c).to(type), 0);
       // float32: the rounded elements' norm in float64, where their squares fit.
-      const double expect = type == at::kFloat ? (ints * c).to(type).to(at::kDouble).norm().item<double>()
-                                               : c * ints.norm().item<double>();
+      const double expect = type == at::kFloat
+                                ? (ints * c).to(type).to(at::kDouble).norm().item<double>()
+                                : c * ints.norm().item<double>();
       INFO("scale " << c << " dtype " << at::toString(type));
       CHECK(kvmap::linalg::nrm2(x) == doctest::Approx(expect).epsilon(1e-12));
     }
   }
   auto zeros = View::zeros({2 * P + 1}, DType::Float64, 0);
   CHECK(kvmap::linalg::nrm2(zeros) == 0.0);
-  auto with_inf = View::from_global(at::tensor({1.0, std::numeric_limits<double>::infinity(), 2.0}, at::kDouble).to(device()), 0);
+  auto with_inf = View::from_global(
+      at::tensor({1.0, std::numeric_limits<double>::infinity(), 2.0}, at::kDouble).to(device()), 0);
   CHECK(std::isinf(kvmap::linalg::nrm2(with_inf)));
   // inf on one rank next to huge values on another: still inf (rescaling must not make NaN).
   auto inf_and_huge = View::from_global(
-      at::tensor({std::numeric_limits<double>::infinity(), 1e300, 1e300, 1e300}, at::kDouble).to(device()), 0);
+      at::tensor({std::numeric_limits<double>::infinity(), 1e300, 1e300, 1e300}, at::kDouble)
+          .to(device()),
+      0);
   CHECK(std::isinf(kvmap::linalg::nrm2(inf_and_huge)));
-  auto with_nan = View::from_global(at::tensor({1.0, std::numeric_limits<double>::quiet_NaN(), 2.0}, at::kDouble).to(device()), 0);
+  auto with_nan = View::from_global(
+      at::tensor({1.0, std::numeric_limits<double>::quiet_NaN(), 2.0}, at::kDouble).to(device()),
+      0);
   CHECK(std::isnan(kvmap::linalg::nrm2(with_nan)));
   // Bad input is detected on every rank.
   auto a = View::zeros({6}, DType::Float64, 0);
   auto b = View::zeros({7}, DType::Float64, 0);
   std::vector<int> everyone;
   for (int r = 0; r < P; ++r) everyone.push_back(r);
-  expect_collective_error<kvmap::ValueError>([&] { kvmap::linalg::dot(a, b); }, everyone, "equal layouts");
+  expect_collective_error<kvmap::ValueError>([&] { kvmap::linalg::dot(a, b); }, everyone,
+                                             "equal layouts");
   auto i = View::zeros({6}, DType::Int32, 0);
-  expect_collective_error<kvmap::TypeError>([&] { kvmap::linalg::nrm2(i); }, everyone, "float32 or float64");
+  expect_collective_error<kvmap::TypeError>([&] { kvmap::linalg::nrm2(i); }, everyone,
+                                            "float32 or float64");
   (void)me;
 }

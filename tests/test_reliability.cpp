@@ -83,12 +83,14 @@ class KokkosAllocations {
     static std::uint64_t c = 0;
     return c;
   }
-  static void on_allocate(Kokkos::Tools::SpaceHandle, const char*, const void* ptr, std::uint64_t size) {
+  static void on_allocate(Kokkos::Tools::SpaceHandle, const char*, const void* ptr,
+                          std::uint64_t size) {
     std::lock_guard<std::mutex> lock(mutex());
     live()[ptr] = size;
     ++count();
   }
-  static void on_deallocate(Kokkos::Tools::SpaceHandle, const char*, const void* ptr, std::uint64_t) {
+  static void on_deallocate(Kokkos::Tools::SpaceHandle, const char*, const void* ptr,
+                            std::uint64_t) {
     std::lock_guard<std::mutex> lock(mutex());
     live().erase(ptr);
   }
@@ -96,7 +98,9 @@ class KokkosAllocations {
 
 }  // namespace
 
-TEST_CASE("a fault on one rank in the plan of every collective entry point is agreed, and the communicator survives") {
+TEST_CASE(
+    "a fault on one rank in the plan of every collective entry point is agreed, and the "
+    "communicator survives") {
   const int odd = odd_rank();
   const at::Tensor xs = pattern({4 * nranks() + 2, 3}, at::kDouble, 1);
   auto x = View::from_global(xs, 0);
@@ -107,7 +111,8 @@ TEST_CASE("a fault on one rank in the plan of every collective entry point is ag
   for (const EntryPoint& site : sites) {
     INFO("site " << site.name);
     kvmap::Impl::arm_fault(site.name, odd, kvmap::Impl::FaultPhase::Plan);
-    expect_collective_error<kvmap::Error>(site.call, {odd}, std::string("injected fault at ") + site.name);
+    expect_collective_error<kvmap::Error>(site.call, {odd},
+                                          std::string("injected fault at ") + site.name);
     kvmap::Impl::disarm_faults();
     // The same communicator carries on, and the arrays are unchanged (axpby wrote nothing).
     CHECK(bit_equal(x.allgather(), xs));
@@ -172,14 +177,17 @@ TEST_CASE("gather to a rank short of memory: every rank throws, none waits in th
   // The communicator carries on.
   const auto sizes = world().allgather(static_cast<int>(root_failed));
   CHECK(sizes[root] == 1);
-  CHECK(kvmap::linalg::nrm2(View::full({10}, 2.0, DType::Float64, 0)) == doctest::Approx(std::sqrt(40.0)));
+  CHECK(kvmap::linalg::nrm2(View::full({10}, 2.0, DType::Float64, 0)) ==
+        doctest::Approx(std::sqrt(40.0)));
 }
 #endif
 
 TEST_CASE("property: random redistribution sequences preserve the array bit for bit") {
   std::mt19937_64 rng(20261202);  // the same stream on every rank
   const int P = nranks(), me = rank();
-  auto pick = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  auto pick = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
   auto random_layout = [&](const Shape& g) -> Layout {
     const int ndim = static_cast<int>(g.size());
     const int64_t choice = pick(0, 3);
@@ -200,10 +208,12 @@ TEST_CASE("property: random redistribution sequences preserve the array bit for 
     auto v = View::from_global(full, std::nullopt);
     for (int step = 0; step < 4; ++step) {
       const Layout target = random_layout(g);
-      INFO("iteration " << iter << " step " << step << " dtype " << kvmap::name(dt) << " target " << target);
+      INFO("iteration " << iter << " step " << step << " dtype " << kvmap::name(dt) << " target "
+                        << target);
       v = v.redistribute(target);
       CHECK(v.layout() == target);
-      const at::Tensor mine = target.split() ? full.narrow(*target.split(), target.offset(me), target.count(me)) : full;
+      const at::Tensor mine =
+          target.split() ? full.narrow(*target.split(), target.offset(me), target.count(me)) : full;
       CHECK(bit_equal(v.local(), mine));
       ++cases;
     }
@@ -244,23 +254,28 @@ TEST_CASE("soak: 10,000 vmap calls and 1,000 redistributions return to the basel
   // the loop allocated (the resplits and chunked outputs go through Kokkos).
   CHECK(KokkosAllocations::live_bytes() == kokkos_live);
   CHECK(KokkosAllocations::allocations() > kokkos_allocs);
-  MESSAGE("soak: Kokkos bytes live " << KokkosAllocations::live_bytes() << " (baseline " << kokkos_live
-                                     << "), " << KokkosAllocations::allocations() - kokkos_allocs
-                                     << " Kokkos allocations in the loop");
+  MESSAGE("soak: Kokkos bytes live "
+          << KokkosAllocations::live_bytes() << " (baseline " << kokkos_live << "), "
+          << KokkosAllocations::allocations() - kokkos_allocs << " Kokkos allocations in the loop");
 #if !defined(__SANITIZE_ADDRESS__)
   // ASan's quarantine holds freed memory, so the RSS bound applies to normal builds only.
   CHECK(rss_mib() - rss < 64.0);
 #endif
-  MESSAGE("soak: rss grew by " << rss_mib() - rss << " MiB over 10,000 vmaps and 1,000 redistributions");
+  MESSAGE("soak: rss grew by " << rss_mib() - rss
+                               << " MiB over 10,000 vmaps and 1,000 redistributions");
 }
 
 TEST_CASE("overflow: element counts, byte sizes and MPI counts never wrap around") {
   const int64_t big = std::numeric_limits<int64_t>::max() / 4;
-  expect_collective_error<kvmap::ValueError>([&] { View::empty({big, 8}, DType::Float32, 0); }, all_ranks(),
-                                             "more elements than int64 can count");
+  expect_collective_error<kvmap::ValueError>(
+      [&] {
+        View::empty({big, 8}, DType::Float32, 0);
+      },
+      all_ranks(), "more elements than int64 can count");
   // numel fits int64 but bytes do not fit size_t.
-  expect_collective_error<kvmap::ValueError>([&] { View::empty({big * 2}, DType::Complex128, std::nullopt); },
-                                             all_ranks(), "more bytes than size_t counts");
+  expect_collective_error<kvmap::ValueError>(
+      [&] { View::empty({big * 2}, DType::Complex128, std::nullopt); }, all_ranks(),
+      "more bytes than size_t counts");
   // A view whose strides span more than int64 can address.
   CHECK_THROWS_WITH_AS(kvmap::Impl::checked_span_bytes({3, 3}, {2 * big, 2 * big}, 8),
                        doctest::Contains("spans more elements than int64"), kvmap::ValueError);
@@ -270,14 +285,18 @@ TEST_CASE("overflow: element counts, byte sizes and MPI counts never wrap around
   const at::Tensor full = pattern({17, 9}, at::kComplexDouble, 5);
   auto v = View::from_global(full, 1);
   CHECK(bit_equal(v.resplit(0).allgather(), full));
-  CHECK(bit_equal(kvmap::vmap([](const at::Tensor& t) { return t * 2; })(v.resplit(0)).allgather(), full * 2));
+  CHECK(bit_equal(kvmap::vmap([](const at::Tensor& t) { return t * 2; })(v.resplit(0)).allgather(),
+                  full * 2));
   // Reductions of more values than the limit are reduced in pieces, exactly.
   std::vector<std::int64_t> values(17);
-  for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<std::int64_t>(i) * (rank() + 1);
+  for (std::size_t i = 0; i < values.size(); ++i)
+    values[i] = static_cast<std::int64_t>(i) * (rank() + 1);
   world().allreduce_sum(values.data(), values.size(), DType::Int64);
   const std::int64_t ranks_sum = static_cast<std::int64_t>(nranks()) * (nranks() + 1) / 2;
-  for (std::size_t i = 0; i < values.size(); ++i) CHECK(values[i] == static_cast<std::int64_t>(i) * ranks_sum);
+  for (std::size_t i = 0; i < values.size(); ++i)
+    CHECK(values[i] == static_cast<std::int64_t>(i) * ranks_sum);
   auto d = View::from_global(pattern({23}, at::kDouble, 6), 0);
-  CHECK(kvmap::linalg::dot(d, d) == doctest::Approx(pattern({23}, at::kDouble, 6).pow(2).sum().item<double>()));
+  CHECK(kvmap::linalg::dot(d, d) ==
+        doctest::Approx(pattern({23}, at::kDouble, 6).pow(2).sum().item<double>()));
   kvmap::Impl::set_mpi_count_limit(saved);
 }

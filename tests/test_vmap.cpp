@@ -28,8 +28,9 @@ using kvmap::VmapOptions;
 namespace {
 
 // Stacks per-sample outputs of `one(i)` for i in [0, n) along each output's out_dim.
-std::vector<at::Tensor> loop_reference(std::int64_t n, std::vector<std::int64_t> out_dims,
-                                       const std::function<std::vector<at::Tensor>(std::int64_t)>& one) {
+std::vector<at::Tensor> loop_reference(
+    std::int64_t n, std::vector<std::int64_t> out_dims,
+    const std::function<std::vector<at::Tensor>(std::int64_t)>& one) {
   std::vector<std::vector<at::Tensor>> per_output;
   for (std::int64_t i = 0; i < n; ++i) {
     std::vector<at::Tensor> outs = one(i);
@@ -54,7 +55,8 @@ at::Tensor randn_everywhere(at::IntArrayRef shape, at::ScalarType type, std::uin
 bool close(const at::Tensor& a, const at::Tensor& b) {
   const bool single = a.scalar_type() == at::kFloat;
   return a.sizes() == b.sizes() && a.scalar_type() == b.scalar_type() &&
-         at::allclose(a.to(at::kDouble), b.to(at::kDouble), single ? 1e-4 : 1e-9, single ? 1e-4 : 1e-9);
+         at::allclose(a.to(at::kDouble), b.to(at::kDouble), single ? 1e-4 : 1e-9,
+                      single ? 1e-4 : 1e-9);
 }
 
 std::vector<int> all_ranks() {
@@ -85,33 +87,36 @@ TEST_CASE("Heat's F over a split 0 and b split 1 or replicated, every chunk size
     auto a = View::from_global(a_full, 0);
     for (bool b_split : {true, false}) {
       auto b = View::from_global(b_full, b_split ? std::optional<int>(1) : std::nullopt);
-      for (const std::vector<int64_t>& out_dims : {std::vector<int64_t>{0, 0}, std::vector<int64_t>{0, 1}})
-      for (bool to_int : {false, true}) {
-        const HeatF f{2, 2.2, to_int};
-        const auto ref = loop_reference(5 * P, out_dims, [&](int64_t i) {
-          auto [y0, y1] = f(a_full.select(0, i), b_split ? b_full.select(1, i) : b_full);
-          return std::vector<at::Tensor>{y0, y1};
-        });
-        for (std::optional<int64_t> cs : {std::optional<int64_t>(), std::optional<int64_t>(1),
-                                          std::optional<int64_t>(2), std::optional<int64_t>(3),
-                                          std::optional<int64_t>(4)}) {
-          INFO("dtype " << c10::toString(type) << ", b split " << b_split << ", out_dims[1] "
-                        << out_dims[1] << ", int " << to_int
-                        << ", chunk " << (cs ? *cs : -1));
-          auto [y0, y1] = kvmap::vmap(f, VmapOptions().out_dims(out_dims).chunk_size(cs))(a, b);
-          CHECK(y0.split() == 0);
-          CHECK(y1.split() == out_dims[1]);
-          CHECK(y0.layout().counts() == a.layout().counts());
-          CHECK(close(y0.allgather(), ref[0]));
-          if (to_int) {
-            // Truncation of nearly-integral products may differ by one ulp-driven unit.
-            CHECK((y1.allgather().to(at::kLong) - ref[1].to(at::kLong)).abs().max().item<int64_t>() <= 1);
-            CHECK((y1.dtype() == DType::Int32));
-          } else {
-            CHECK(close(y1.allgather(), ref[1]));
+      for (const std::vector<int64_t>& out_dims :
+           {std::vector<int64_t>{0, 0}, std::vector<int64_t>{0, 1}})
+        for (bool to_int : {false, true}) {
+          const HeatF f{2, 2.2, to_int};
+          const auto ref = loop_reference(5 * P, out_dims, [&](int64_t i) {
+            auto [y0, y1] = f(a_full.select(0, i), b_split ? b_full.select(1, i) : b_full);
+            return std::vector<at::Tensor>{y0, y1};
+          });
+          for (std::optional<int64_t> cs :
+               {std::optional<int64_t>(), std::optional<int64_t>(1), std::optional<int64_t>(2),
+                std::optional<int64_t>(3), std::optional<int64_t>(4)}) {
+            INFO("dtype " << c10::toString(type) << ", b split " << b_split << ", out_dims[1] "
+                          << out_dims[1] << ", int " << to_int << ", chunk " << (cs ? *cs : -1));
+            auto [y0, y1] = kvmap::vmap(f, VmapOptions().out_dims(out_dims).chunk_size(cs))(a, b);
+            CHECK(y0.split() == 0);
+            CHECK(y1.split() == out_dims[1]);
+            CHECK(y0.layout().counts() == a.layout().counts());
+            CHECK(close(y0.allgather(), ref[0]));
+            if (to_int) {
+              // Truncation of nearly-integral products may differ by one ulp-driven unit.
+              CHECK((y1.allgather().to(at::kLong) - ref[1].to(at::kLong))
+                        .abs()
+                        .max()
+                        .item<int64_t>() <= 1);
+              CHECK((y1.dtype() == DType::Int32));
+            } else {
+              CHECK(close(y1.allgather(), ref[1]));
+            }
           }
         }
-      }
     }
   }
 }
@@ -125,9 +130,9 @@ TEST_CASE("Heat's G: one output, pass-through scalars") {
     const auto ref = loop_reference(5 * P, {0}, [&](int64_t i) {
       return std::vector<at::Tensor>{G(a_full.select(0, i), 2.0, 3.0)};
     });
-    for (std::optional<int64_t> cs : {std::optional<int64_t>(), std::optional<int64_t>(1),
-                                      std::optional<int64_t>(2), std::optional<int64_t>(3),
-                                      std::optional<int64_t>(4), std::optional<int64_t>(1000)}) {
+    for (std::optional<int64_t> cs :
+         {std::optional<int64_t>(), std::optional<int64_t>(1), std::optional<int64_t>(2),
+          std::optional<int64_t>(3), std::optional<int64_t>(4), std::optional<int64_t>(1000)}) {
       kvmap::DistView<TestMemSpace> y = kvmap::vmap(G, VmapOptions().chunk_size(cs))(a, 2.0, 3.0);
       CHECK(close(y.allgather(), ref[0]));
     }
@@ -166,9 +171,13 @@ TEST_CASE("batch lengths not divisible by P, fewer samples than ranks, unbalance
       CHECK((t.local().scalar_type() == at::kDouble));
       // Outputs whose dtype and per-sample shape owe nothing to the input: a rank without
       // samples can only know them from the agreement.
-      auto [flags, table] = kvmap::vmap([](const at::Tensor& v) {
-        return std::make_tuple((v > 0).sum().to(at::kInt), at::ones({2, 5}, v.options().dtype(at::kFloat)) * v.sum().to(at::kFloat));
-      }, VmapOptions().out_dims({0, -1}).chunk_size(cs))(x);
+      auto [flags, table] = kvmap::vmap(
+          [](const at::Tensor& v) {
+            return std::make_tuple(
+                (v > 0).sum().to(at::kInt),
+                at::ones({2, 5}, v.options().dtype(at::kFloat)) * v.sum().to(at::kFloat));
+          },
+          VmapOptions().out_dims({0, -1}).chunk_size(cs))(x);
       CHECK((flags.dtype() == DType::Int32));
       CHECK((flags.local().scalar_type() == at::kInt));
       CHECK(flags.local().sizes() == at::IntArrayRef{l.count(rank())});
@@ -177,8 +186,8 @@ TEST_CASE("batch lengths not divisible by P, fewer samples than ranks, unbalance
       CHECK(table.split() == 2);
       CHECK(table.local().sizes() == at::IntArrayRef{2, 5, l.count(rank())});
       CHECK(at::equal(flags.allgather(), (full > 0).sum(1).to(at::kInt)));
-      CHECK(close(table.allgather(),
-                  at::ones({2, 5, 1}, on_device(at::kFloat)) * full.sum(1).to(at::kFloat).reshape({1, 1, n})));
+      CHECK(close(table.allgather(), at::ones({2, 5, 1}, on_device(at::kFloat)) *
+                                         full.sum(1).to(at::kFloat).reshape({1, 1, n})));
     }
   }
 }
@@ -194,7 +203,8 @@ TEST_CASE("split axis 1 and -1, out_dims negative, three outputs with mixed dtyp
     const std::vector<int64_t> out_dims{0, -1, 1};
     auto ys = kvmap::vmap(f, VmapOptions().out_dims(out_dims).chunk_size(2))(x);
     REQUIRE(ys.size() == 3);
-    const auto ref = loop_reference(2 * P + 1, out_dims, [&](int64_t i) { return f(full.select(1, i)); });
+    const auto ref =
+        loop_reference(2 * P + 1, out_dims, [&](int64_t i) { return f(full.select(1, i)); });
     CHECK(ys[1].split() == 2);  // -1 normalized for a 2-d per-sample output
     CHECK((ys[0].dtype() == DType::Float32));
     CHECK((ys[1].dtype() == DType::Bool));
@@ -203,7 +213,8 @@ TEST_CASE("split axis 1 and -1, out_dims negative, three outputs with mixed dtyp
   }
   // The last axis as batch axis.
   auto x = View::from_global(full, -1);
-  auto y = kvmap::vmap([](const at::Tensor& v) { return v.cumsum(0); }, VmapOptions().out_dims({-1}))(x);
+  auto y =
+      kvmap::vmap([](const at::Tensor& v) { return v.cumsum(0); }, VmapOptions().out_dims({-1}))(x);
   CHECK(close(y.allgather(), full.cumsum(0)));
 }
 
@@ -224,29 +235,36 @@ TEST_CASE("zero copy on the unchunked path; chunked writes into preallocated out
   CHECK(at::equal(doubled.local(), x.local() * 2));
   // A per-sample constant is a stride-0 broadcast: materialized exactly once.
   kvmap::reset_stats();
-  auto constant = kvmap::vmap([](const at::Tensor&) { return at::ones({3}, on_device(at::kFloat)); },
-                              VmapOptions().out_dims({1}))(x);
+  auto constant =
+      kvmap::vmap([](const at::Tensor&) { return at::ones({3}, on_device(at::kFloat)); },
+                  VmapOptions().out_dims({1}))(x);
   CHECK(kvmap::stats().bytes_copied == static_cast<uint64_t>(3 * x.layout().count(rank()) * 4));
   CHECK(constant.gshape() == kvmap::Shape{3, 4 * P});
   CHECK(constant.local().eq(1).all().item<bool>());
   // The same with a negative out_dim: normalized by kvmap, not by LibTorch.
   for (std::optional<int64_t> cs : {std::optional<int64_t>(), std::optional<int64_t>(3)}) {
-    auto ignore = kvmap::vmap([](const at::Tensor&) { return at::arange(6, on_device(at::kDouble)).reshape({2, 3}); },
-                              VmapOptions().out_dims({-1}).chunk_size(cs))(x);
+    auto ignore = kvmap::vmap(
+        [](const at::Tensor&) {
+          return at::arange(6, on_device(at::kDouble)).reshape({2, 3});
+        },
+        VmapOptions().out_dims({-1}).chunk_size(cs))(x);
     CHECK(ignore.split() == 2);
     CHECK(ignore.gshape() == kvmap::Shape{2, 3, 4 * P});
-    CHECK(at::equal(ignore.allgather(),
-                    at::arange(6, on_device(at::kDouble)).reshape({2, 3, 1}).expand({2, 3, 4 * P})));
+    CHECK(
+        at::equal(ignore.allgather(),
+                  at::arange(6, on_device(at::kDouble)).reshape({2, 3, 1}).expand({2, 3, 4 * P})));
   }
   // Chunked: each chunk's result is written into its slice (bytes copied = output bytes).
   kvmap::reset_stats();
-  auto chunked = kvmap::vmap([](const at::Tensor& v) { return v * 2; }, VmapOptions().chunk_size(3))(x);
+  auto chunked =
+      kvmap::vmap([](const at::Tensor& v) { return v * 2; }, VmapOptions().chunk_size(3))(x);
   CHECK(kvmap::stats().bytes_copied == static_cast<uint64_t>(x.local().numel() * 8));
   CHECK(kvmap::stats().chunks_run == static_cast<uint64_t>((x.layout().count(rank()) + 2) / 3));
   CHECK(at::equal(chunked.local(), x.local() * 2));
   // chunk_size larger than the local batch is one chunk, adopted.
   kvmap::reset_stats();
-  auto big = kvmap::vmap([](const at::Tensor& v) { return v + 1; }, VmapOptions().chunk_size(1 << 20))(x);
+  auto big =
+      kvmap::vmap([](const at::Tensor& v) { return v + 1; }, VmapOptions().chunk_size(1 << 20))(x);
   CHECK(kvmap::stats().bytes_copied == 0);
   CHECK(at::equal(big.local(), x.local() + 1));
 }
@@ -262,7 +280,7 @@ TEST_CASE("outputs never share memory with an input or with each other, chunked 
       const at::Tensor x_full = randn_everywhere({per_rank * P, 4}, at::kDouble, 40);
       const at::Tensor w_full = randn_everywhere({4, 3}, at::kDouble, 41);
       auto x = View::from_global(x_full, 0);
-      auto w = View::from_global(w_full, std::nullopt);  // replicated: passed whole
+      auto w = View::from_global(w_full, std::nullopt);                // replicated: passed whole
       const at::Tensor t = randn_everywhere({2, 2}, at::kDouble, 42);  // a plain tensor argument
       const at::Tensor t_before = t.clone();
       auto unchanged = [&] {
@@ -271,7 +289,8 @@ TEST_CASE("outputs never share memory with an input or with each other, chunked 
         CHECK(at::equal(t, t_before));
       };
       // The identity.
-      auto same = kvmap::vmap([](const at::Tensor& v) { return v; }, VmapOptions().chunk_size(cs))(x);
+      auto same =
+          kvmap::vmap([](const at::Tensor& v) { return v; }, VmapOptions().chunk_size(cs))(x);
       same.local().fill_(-1.0);
       unchanged();
       CHECK(same.allgather().eq(-1.0).all().item<bool>());
@@ -282,18 +301,21 @@ TEST_CASE("outputs never share memory with an input or with each other, chunked 
       whole.local().fill_(-1.0);
       unchanged();
       // A tensor argument returned, and a view of the input.
-      auto [arg, part] = kvmap::vmap([](const at::Tensor& v, const at::Tensor& T) {
-        return std::make_tuple(T, v.narrow(0, 1, 2));
-      }, VmapOptions().chunk_size(cs))(x, t);
+      auto [arg, part] =
+          kvmap::vmap([](const at::Tensor& v,
+                         const at::Tensor& T) { return std::make_tuple(T, v.narrow(0, 1, 2)); },
+                      VmapOptions().chunk_size(cs))(x, t);
       CHECK(at::equal(part.allgather(), x_full.narrow(1, 1, 2)));
       arg.local().fill_(-1.0);
       part.local().fill_(-1.0);
       unchanged();
       // One tensor returned twice.
-      auto [first, second] = kvmap::vmap([](const at::Tensor& v) {
-        at::Tensor r = v * 2;
-        return std::make_tuple(r, r);
-      }, VmapOptions().chunk_size(cs))(x);
+      auto [first, second] = kvmap::vmap(
+          [](const at::Tensor& v) {
+            at::Tensor r = v * 2;
+            return std::make_tuple(r, r);
+          },
+          VmapOptions().chunk_size(cs))(x);
       first.local().fill_(-1.0);
       CHECK(at::equal(second.allgather(), x_full * 2));
       unchanged();
@@ -306,9 +328,11 @@ TEST_CASE("chunks in flight: concurrency > 1 gives the same result") {
   const at::Tensor full = randn_everywhere({9 * P, 8, 8}, at::kDouble, 17);
   auto x = View::from_global(full, 0);
   auto f = [](const at::Tensor& m) { return at::matmul(m, m.t()).trace(); };
-  const auto ref = loop_reference(9 * P, {0}, [&](int64_t i) { return std::vector<at::Tensor>{f(full.select(0, i))}; });
+  const auto ref = loop_reference(
+      9 * P, {0}, [&](int64_t i) { return std::vector<at::Tensor>{f(full.select(0, i))}; });
   for (int conc : {1, 2, 3}) {
-    kvmap::DistView<TestMemSpace> y = kvmap::vmap(f, VmapOptions().chunk_size(2).concurrency(conc))(x);
+    kvmap::DistView<TestMemSpace> y =
+        kvmap::vmap(f, VmapOptions().chunk_size(2).concurrency(conc))(x);
     CHECK(close(y.allgather(), ref[0]));
   }
 }
@@ -320,9 +344,8 @@ TEST_CASE("chunks in flight run under the caller's grad mode, inference mode and
   const int64_t n = 7 * P;
   const at::Tensor full = randn_everywhere({n, 3}, at::kDouble, 23);
   auto x = View::from_global(full, 0);
-  const auto ref = loop_reference(n, {0}, [&](int64_t i) {
-    return std::vector<at::Tensor>{full.select(0, i).sin() * 2};
-  });
+  const auto ref = loop_reference(
+      n, {0}, [&](int64_t i) { return std::vector<at::Tensor>{full.select(0, i).sin() * 2}; });
   auto options = [](int conc) { return VmapOptions().chunk_size(1).concurrency(conc); };
   SUBCASE("grad mode") {
     for (int conc : {1, 2, 4}) {
@@ -347,9 +370,10 @@ TEST_CASE("chunks in flight run under the caller's grad mode, inference mode and
         CHECK(close(y.allgather(), ref[0]));
         // Chunks really are in flight at once where LibTorch allows it: on several threads.
         const int host_threads = Kokkos::DefaultHostExecutionSpace().concurrency();
-        const bool parallel = conc > 1 && host_threads > 1 &&
-                              kvmap::Impl::torch_compat::concurrent_vmap_supported();
-        CHECK(threads.size() == (parallel ? static_cast<std::size_t>(std::min(conc, host_threads)) : 1u));
+        const bool parallel =
+            conc > 1 && host_threads > 1 && kvmap::Impl::torch_compat::concurrent_vmap_supported();
+        CHECK(threads.size() ==
+              (parallel ? static_cast<std::size_t>(std::min(conc, host_threads)) : 1u));
       }
     }
   }
@@ -375,7 +399,9 @@ TEST_CASE("chunks in flight run under the caller's grad mode, inference mode and
   SUBCASE("different randomness") {
     // (deterministic part, v + uniform draw): the first against the loop, the draws in
     // [0, 1) and different for every sample on every rank.
-    auto f = [](const at::Tensor& v) { return std::make_tuple(v.sin() * 2, v + at::rand({3}, v.options())); };
+    auto f = [](const at::Tensor& v) {
+      return std::make_tuple(v.sin() * 2, v + at::rand({3}, v.options()));
+    };
     for (int conc : {1, 2, 4}) {
       INFO("concurrency " << conc);
       at::manual_seed(42);
@@ -399,7 +425,10 @@ TEST_CASE("randomness modes") {
     // Every rank fails itself, so every rank rethrows torch's own error (c10::Error).
     for (std::optional<int64_t> cs : {std::optional<int64_t>(), std::optional<int64_t>(2)}) {
       expect_collective_error<c10::Error>(
-          [&] { kvmap::vmap(draw, VmapOptions().chunk_size(cs))(View::zeros({3 * P, 4}, DType::Float32, 0)); },
+          [&] {
+            kvmap::vmap(draw,
+                        VmapOptions().chunk_size(cs))(View::zeros({3 * P, 4}, DType::Float32, 0));
+          },
           all_ranks(), "randomness");
     }
   }
@@ -409,7 +438,8 @@ TEST_CASE("randomness modes") {
     auto same = kvmap::vmap(draw, VmapOptions().randomness(Randomness::Same))(y4).allgather();
     CHECK(same.sub(same.select(0, 0)).abs().max().item<float>() == 0.0f);
     at::manual_seed(1000 + me);
-    auto chunked = kvmap::vmap(draw, VmapOptions().randomness(Randomness::Same).chunk_size(2))(y4).allgather();
+    auto chunked =
+        kvmap::vmap(draw, VmapOptions().randomness(Randomness::Same).chunk_size(2))(y4).allgather();
     CHECK(at::equal(chunked, same));
   }
   SUBCASE("different: draws differ across samples and ranks even when seeded alike") {
@@ -417,7 +447,9 @@ TEST_CASE("randomness modes") {
     at::manual_seed(42);
     auto diff = kvmap::vmap(draw, VmapOptions().randomness(Randomness::Different))(y4).allgather();
     at::manual_seed(42);
-    auto chunked = kvmap::vmap(draw, VmapOptions().randomness(Randomness::Different).chunk_size(2))(y4).allgather();
+    auto chunked =
+        kvmap::vmap(draw, VmapOptions().randomness(Randomness::Different).chunk_size(2))(y4)
+            .allgather();
     // All 3P rows pairwise distinct, unchunked and chunked.
     for (const at::Tensor& d : {diff, chunked}) {
       for (int64_t i = 0; i < 3 * P; ++i) {
@@ -436,7 +468,8 @@ TEST_CASE("sample_uniform / sample_normal do not depend on ranks or chunk sizes"
   const int P = nranks(), me = rank();
   const int64_t n = 11;
   auto f = [](const at::Tensor& v) {
-    return std::make_tuple(v + kvmap::sample_uniform({3}), kvmap::sample_normal({2, 2}, at::kDouble));
+    return std::make_tuple(v + kvmap::sample_uniform({3}),
+                           kvmap::sample_normal({2, 2}, at::kDouble));
   };
   auto run = [&](const kvmap::Comm& comm, std::optional<int64_t> cs) {
     kvmap::manual_seed(77, comm);
@@ -454,15 +487,15 @@ TEST_CASE("sample_uniform / sample_normal do not depend on ranks or chunk sizes"
     CHECK(at::equal(r.second, reference.second));
   }
   for_each_prefix_comm([&](const kvmap::Comm& sub) {
-    for (std::optional<int64_t> cs : {std::optional<int64_t>(), std::optional<int64_t>(1),
-                                      std::optional<int64_t>(3)}) {
+    for (std::optional<int64_t> cs :
+         {std::optional<int64_t>(), std::optional<int64_t>(1), std::optional<int64_t>(3)}) {
       const auto r = run(sub, cs);
       CHECK(at::equal(r.first, reference.first));
       CHECK(at::equal(r.second, reference.second));
     }
   });
-  CHECK_THROWS_WITH_AS(kvmap::sample_uniform({2}), doctest::Contains("outside a function run by kvmap::vmap"),
-                       kvmap::Error);
+  CHECK_THROWS_WITH_AS(kvmap::sample_uniform({2}),
+                       doctest::Contains("outside a function run by kvmap::vmap"), kvmap::Error);
   (void)me;
 }
 
@@ -510,7 +543,8 @@ TEST_CASE("errors are raised on every rank with clear messages") {
       std::vector<int64_t> counts(P, 2);
       counts[0] = 3;
       counts[P - 1] = 1;
-      auto z = View::zeros({2 * P, 3}, DType::Float32, 0).redistribute(Layout::from_counts({2 * P, 3}, 0, counts));
+      auto z = View::zeros({2 * P, 3}, DType::Float32, 0)
+                   .redistribute(Layout::from_counts({2 * P, 3}, 0, counts));
       expect_collective_error<kvmap::ValueError>(
           [&] { kvmap::vmap(add)(x, z); }, all_ranks(),
           "mapped input 0 has " + x.layout().str() + " and mapped input 1 has " + z.layout().str());
@@ -519,7 +553,8 @@ TEST_CASE("errors are raised on every rank with clear messages") {
   SUBCASE("no mapped input") {
     auto r = View::zeros({3}, DType::Float32, std::nullopt);
     expect_collective_error<kvmap::ValueError>(
-        [&] { kvmap::vmap([](const at::Tensor& a) { return a; })(r); }, all_ranks(), "no mapped input");
+        [&] { kvmap::vmap([](const at::Tensor& a) { return a; })(r); }, all_ranks(),
+        "no mapped input");
   }
   SUBCASE("out_dims count differs from the outputs") {
     expect_collective_error<kvmap::ValueError>(
@@ -582,25 +617,32 @@ TEST_CASE("errors are raised on every rank with clear messages") {
       std::atomic<int> calls{0};
       expect_collective_error<std::runtime_error>(
           [&] {
-            kvmap::vmap([&](const at::Tensor& a) {
-              if (me == odd && ++calls == 5) throw std::runtime_error("the fifth chunk failed");
-              return a * 2;
-            }, VmapOptions().chunk_size(1).concurrency(conc))(five);
+            kvmap::vmap(
+                [&](const at::Tensor& a) {
+                  if (me == odd && ++calls == 5) throw std::runtime_error("the fifth chunk failed");
+                  return a * 2;
+                },
+                VmapOptions().chunk_size(1).concurrency(conc))(five);
           },
           {odd}, "the fifth chunk failed");
     }
-    auto y = kvmap::vmap([](const at::Tensor& a) { return a * 2; }, VmapOptions().chunk_size(2).concurrency(2))(five);
-    CHECK(at::equal(y.allgather(), at::arange(5 * P, on_device(at::kFloat)).reshape({5 * P, 1}) * 2));
+    auto y = kvmap::vmap([](const at::Tensor& a) { return a * 2; },
+                         VmapOptions().chunk_size(2).concurrency(2))(five);
+    CHECK(
+        at::equal(y.allgather(), at::arange(5 * P, on_device(at::kFloat)).reshape({5 * P, 1}) * 2));
     // After a failure no further chunk starts: failing in the second of five chunks, one at a
     // time, f runs twice; with two in flight, at most the other chunk of that wave runs too.
     for (int conc : {1, 2}) {
       std::atomic<int> calls{0};
       expect_collective_error<std::runtime_error>(
           [&] {
-            kvmap::vmap([&](const at::Tensor& a) {
-              if (me == odd && ++calls == 2) throw std::runtime_error("the second chunk failed");
-              return a * 2;
-            }, VmapOptions().chunk_size(1).concurrency(conc))(five);
+            kvmap::vmap(
+                [&](const at::Tensor& a) {
+                  if (me == odd && ++calls == 2)
+                    throw std::runtime_error("the second chunk failed");
+                  return a * 2;
+                },
+                VmapOptions().chunk_size(1).concurrency(conc))(five);
           },
           {odd}, "the second chunk failed");
       if (me == odd) CHECK(calls.load() <= (conc == 1 ? 2 : 3));
@@ -611,15 +653,19 @@ TEST_CASE("errors are raised on every rank with clear messages") {
       // Invalid on one rank only (batch lengths differ there): agreed, nothing hangs.
       auto longer = View::zeros({4 * P, 2}, DType::Float32, 0);
       expect_collective_error<kvmap::ValueError>(
-          [&] { kvmap::vmap([](const at::Tensor& a, const at::Tensor&) { return a; })(x, me == odd ? longer : x); },
+          [&] {
+            kvmap::vmap([](const at::Tensor& a, const at::Tensor&) { return a; })(
+                x, me == odd ? longer : x);
+          },
           {odd}, "same batch length");
       // Valid on every rank, but not the same arrays: the agreed signature holds the layouts.
       auto wider = View::zeros({2 * P, 4}, DType::Float32, 0);
       expect_collective_error<kvmap::ValueError>(
-          [&] { kvmap::vmap([](const at::Tensor& a) { return a; })(me == odd ? wider : x); },
-          {odd}, "needs the same arguments on every rank");
+          [&] { kvmap::vmap([](const at::Tensor& a) { return a; })(me == odd ? wider : x); }, {odd},
+          "needs the same arguments on every rank");
       // The communicator is still usable.
-      CHECK(at::equal(kvmap::vmap([](const at::Tensor& a) { return a + 1; })(x).allgather(), x.allgather() + 1));
+      CHECK(at::equal(kvmap::vmap([](const at::Tensor& a) { return a + 1; })(x).allgather(),
+                      x.allgather() + 1));
     }
   }
   SUBCASE("arrays on different communicators, replicated arguments that differ") {
@@ -631,15 +677,16 @@ TEST_CASE("errors are raised on every rank with clear messages") {
       // Replicated arguments are part of the agreed signature too.
       auto r3 = View::zeros({3}, DType::Float32, std::nullopt);
       auto r4 = View::zeros({4}, DType::Float32, std::nullopt);
-      expect_collective_error<kvmap::ValueError>([&] { kvmap::vmap(add)(x, me == odd ? r4 : r3); }, {odd},
-                                                 "needs the same arguments on every rank");
+      expect_collective_error<kvmap::ValueError>([&] { kvmap::vmap(add)(x, me == odd ? r4 : r3); },
+                                                 {odd}, "needs the same arguments on every rank");
     }
   }
   SUBCASE("options differ between ranks") {
     if (P > 1) {
       expect_collective_error<kvmap::ValueError>(
           [&] {
-            kvmap::vmap([](const at::Tensor& a) { return a; }, VmapOptions().out_dims({me == odd ? 1 : 0}))(x);
+            kvmap::vmap([](const at::Tensor& a) { return a; },
+                        VmapOptions().out_dims({me == odd ? 1 : 0}))(x);
           },
           {odd}, "needs the same arguments on every rank");
     }
@@ -657,7 +704,9 @@ TEST_CASE("torch's batching-rule fallback warning stays visible") {
   struct Capture : c10::WarningHandler {
     std::vector<std::string> messages;
 #if TORCH_VERSION_MAJOR >= 2
-    void process(const c10::Warning& w) override { messages.push_back(w.msg()); }
+    void process(const c10::Warning& w) override {
+      messages.push_back(w.msg());
+    }
 #else
     void process(const c10::SourceLocation&, const std::string& msg, const bool) override {
       messages.push_back(msg);
@@ -670,13 +719,14 @@ TEST_CASE("torch's batching-rule fallback warning stays visible") {
   c10::Warning::WarningHandlerGuard guard(&capture);
 #endif
   auto x = View::from_global(randn_everywhere({2 * nranks(), 5}, at::kFloat, 18), 0);
-  kvmap::DistView<TestMemSpace> h = kvmap::vmap([](const at::Tensor& v) { return at::histc(v, 3); })(x);
+  kvmap::DistView<TestMemSpace> h =
+      kvmap::vmap([](const at::Tensor& v) { return at::histc(v, 3); })(x);
   bool seen = false;
-  for (const auto& m : capture.messages) seen = seen || m.find("batching rule") != std::string::npos;
+  for (const auto& m : capture.messages)
+    seen = seen || m.find("batching rule") != std::string::npos;
   CHECK(seen);
   CHECK(h.gshape() == kvmap::Shape{2 * nranks(), 3});
 }
-
 
 namespace {
 std::vector<std::string>* g_regions = nullptr;
@@ -692,8 +742,8 @@ TEST_CASE("every phase is a Kokkos Tools region") {
   Kokkos::Tools::Experimental::set_push_region_callback(record_region);
   Kokkos::Tools::Experimental::set_pop_region_callback(ignore_pop);
   auto x = View::zeros({3 * nranks(), 2}, DType::Float64, 0);
-  kvmap::DistView<TestMemSpace> y = kvmap::vmap([](const at::Tensor& v) { return v + 1; },
-                                                VmapOptions().chunk_size(2))(x);
+  kvmap::DistView<TestMemSpace> y =
+      kvmap::vmap([](const at::Tensor& v) { return v + 1; }, VmapOptions().chunk_size(2))(x);
   Kokkos::Tools::Experimental::set_push_region_callback(nullptr);
   Kokkos::Tools::Experimental::set_pop_region_callback(nullptr);
   g_regions = nullptr;
@@ -713,7 +763,7 @@ TEST_CASE("nested vmaps inside the function keep working") {
   auto x = View::from_global(full, 0);
   auto f = [](const at::Tensor& sample) {  // sample: (4, 3)
     tc::VmapLevel inner(sample.size(0), tc::VmapRandomness::Error);
-    at::Tensor rows = inner.add_batch_dim(sample, 0);            // (3,) per row
+    at::Tensor rows = inner.add_batch_dim(sample, 0);                // (3,) per row
     return inner.remove_batch_dim(rows.softmax(0) * rows.sum(), 0);  // (4, 3) again
   };
   auto y = kvmap::vmap(f, VmapOptions().chunk_size(2))(x);
@@ -729,12 +779,15 @@ TEST_CASE("device contract: torch works on the memory space's device and Kokkos'
   auto x = View::from_global(randn_everywhere({3 * P, 2}, at::kFloat, 50), 0);
   // Tensors f makes on "the current device" land on the inputs' device.
   std::atomic<int> wrong_device{0};
-  auto y = kvmap::vmap([&](const at::Tensor& v) {
-    const at::Tensor made = at::ones({2}, at::TensorOptions().dtype(at::kFloat).device(device().type()));
-    if (made.device() != device() && !device().is_cpu()) ++wrong_device;
-    if (v.device() != device()) ++wrong_device;
-    return v + made;
-  }, VmapOptions().chunk_size(2))(x);
+  auto y = kvmap::vmap(
+      [&](const at::Tensor& v) {
+        const at::Tensor made =
+            at::ones({2}, at::TensorOptions().dtype(at::kFloat).device(device().type()));
+        if (made.device() != device() && !device().is_cpu()) ++wrong_device;
+        if (v.device() != device()) ++wrong_device;
+        return v + made;
+      },
+      VmapOptions().chunk_size(2))(x);
   CHECK(wrong_device.load() == 0);
   CHECK(close(y.allgather(), x.allgather() + 1));
 #if defined(KOKKOS_ENABLE_CUDA)
@@ -753,9 +806,13 @@ TEST_CASE("device contract: torch works on the memory space's device and Kokkos'
   if (!device().is_cpu()) {
     // An output on another device: TypeError on the ranks that ran f, RemoteError elsewhere.
     expect_collective_error<kvmap::TypeError>(
-        [&] { kvmap::vmap([](const at::Tensor& v) { return v.cpu(); })(x); }, all_ranks(), "is on cpu");
+        [&] { kvmap::vmap([](const at::Tensor& v) { return v.cpu(); })(x); }, all_ranks(),
+        "is on cpu");
     // from_global of a host tensor into device memory.
     expect_collective_error<kvmap::TypeError>(
-        [&] { View::from_global(at::zeros({4, 2}), 0); }, all_ranks(), "is on cpu");
+        [&] {
+          View::from_global(at::zeros({4, 2}), 0);
+        },
+        all_ranks(), "is on cpu");
   }
 }

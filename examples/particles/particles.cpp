@@ -19,12 +19,13 @@ int main(int argc, char** argv) {
     const std::int64_t n = 1000 + 7 * me;
     const std::int64_t first = 1000 * me + 7 * me * (me - 1) / 2;
     Kokkos::View<double* [3]> positions("positions", n);
-    Kokkos::parallel_for("init", n, KOKKOS_LAMBDA(const std::int64_t i) {
-      const double g = static_cast<double>(first + i);
-      positions(i, 0) = std::sin(g);
-      positions(i, 1) = std::cos(0.5 * g);
-      positions(i, 2) = 1e-3 * g;
-    });
+    Kokkos::parallel_for(
+        "init", n, KOKKOS_LAMBDA(const std::int64_t i) {
+          const double g = static_cast<double>(first + i);
+          positions(i, 0) = std::sin(g);
+          positions(i, 1) = std::cos(0.5 * g);
+          positions(i, 2) = 1e-3 * g;
+        });
     Kokkos::fence();
 
     kvmap::reset_stats();
@@ -40,12 +41,13 @@ int main(int argc, char** argv) {
     // Reduce on the Kokkos side, from a typed view of kvmap's output.
     auto ev = e.local_view<double*, Kokkos::LayoutRight>();
     double local = 0.0;
-    Kokkos::parallel_reduce("sum", ev.extent(0), KOKKOS_LAMBDA(const std::size_t i, double& s) { s += ev(i); },
-                            local);
+    Kokkos::parallel_reduce(
+        "sum", ev.extent(0), KOKKOS_LAMBDA(const std::size_t i, double& s) { s += ev(i); }, local);
     const double total = world.allreduce_sum(local);
     const auto copied = world.allreduce_max(static_cast<std::int64_t>(kvmap::stats().bytes_copied));
     if (me == 0) {
-      std::printf("particles: %lld on %d ranks\n", static_cast<long long>(e.gshape()[0]), world.size());
+      std::printf("particles: %lld on %d ranks\n", static_cast<long long>(e.gshape()[0]),
+                  world.size());
       std::printf("total energy = %.12f\n", total);
       std::printf("bytes copied = %lld\n", static_cast<long long>(copied));
     }

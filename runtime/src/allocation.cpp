@@ -73,7 +73,8 @@ class BlockCache {
         return b;
       }
     }
-    Buffer b(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("kvmap::DistView")), capacity);
+    Buffer b(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("kvmap::DistView")),
+             capacity);
     advise_huge_pages<MemorySpace>(b.data(), capacity);
     return b;
   }
@@ -115,7 +116,8 @@ struct TrackedAllocation {
   }
   ~TrackedAllocation() {
     count_deallocation(bytes);
-    if (cached && Kokkos::is_initialized()) BlockCache<MemorySpace>::instance().give_back(std::move(view));
+    if (cached && Kokkos::is_initialized())
+      BlockCache<MemorySpace>::instance().give_back(std::move(view));
   }
 };
 
@@ -124,10 +126,11 @@ struct TrackedAllocation {
 template <class MemorySpace>
 LocalBlock allocate_block(const std::vector<std::int64_t>& extents, std::size_t itemsize) {
   const std::int64_t numel = checked_numel(extents);
-  KVMAP_CHECK(static_cast<std::uint64_t>(numel) <= std::numeric_limits<std::size_t>::max() / itemsize,
-              ValueError,
-              "kvmap: an array of shape " << to_string(extents) << " and " << itemsize
-                                          << "-byte elements needs more bytes than size_t counts");
+  KVMAP_CHECK(
+      static_cast<std::uint64_t>(numel) <= std::numeric_limits<std::size_t>::max() / itemsize,
+      ValueError,
+      "kvmap: an array of shape " << to_string(extents) << " and " << itemsize
+                                  << "-byte elements needs more bytes than size_t counts");
   const std::size_t bytes = static_cast<std::size_t>(numel) * itemsize;
   if (bytes > 0) fault_point("allocate", FaultPhase::Plan, -1);
   std::shared_ptr<TrackedAllocation<MemorySpace>> owner;

@@ -52,17 +52,19 @@ void check_signatures(const Comm& comm, const char* site, const std::string& sig
   const std::vector<std::string> all = comm.allgather_strings(signature);
   std::vector<std::string> messages;
   for (int r : differing) {
-    messages.push_back(std::string("kvmap: ") + site + " is collective and needs the same arguments on every "
-                       "rank, but rank " + std::to_string(r) + " called " + all[r] +
-                       " while rank 0 called " + all[0]);
+    messages.push_back(std::string("kvmap: ") + site +
+                       " is collective and needs the same arguments on every "
+                       "rank, but rank " +
+                       std::to_string(r) + " called " + all[r] + " while rank 0 called " + all[0]);
   }
   comm.raise_detected<ValueError>(differing, messages);
 }
 
 void abort_after_agreement(const Comm& comm, const char* site, std::exception_ptr error) {
-  comm.abort(std::string("kvmap: ") + site + " failed on rank " + std::to_string(comm.rank()) +
-             " after every rank had agreed to run it: " + message_of(error) +
-             "\nkvmap: aborting the job, since the other ranks cannot leave the call's collectives");
+  comm.abort(
+      std::string("kvmap: ") + site + " failed on rank " + std::to_string(comm.rank()) +
+      " after every rank had agreed to run it: " + message_of(error) +
+      "\nkvmap: aborting the job, since the other ranks cannot leave the call's collectives");
 }
 
 }  // namespace kvmap::Impl

@@ -38,12 +38,16 @@ class Signature {
   Signature& arg(const char* name, int value) { return arg(name, std::to_string(value)); }
   Signature& arg(const char* name, std::uint64_t value) { return arg(name, std::to_string(value)); }
   Signature& arg(const char* name, double value);
-  Signature& arg(const char* name, DType value) { return arg(name, std::string(kvmap::name(value))); }
+  Signature& arg(const char* name, DType value) {
+    return arg(name, std::string(kvmap::name(value)));
+  }
   Signature& arg(const char* name, const Layout& value) { return arg(name, value.str()); }
   Signature& arg(const char* name, const Shape& value) { return arg(name, to_string(value)); }
   Signature& arg(const char* name, std::optional<int> split);
   // A communicator an argument lives on (e.g. an input DistView's): by identity.
-  Signature& arg(const char* name, const Comm& comm) { return arg(name, "#" + std::to_string(comm.id())); }
+  Signature& arg(const char* name, const Comm& comm) {
+    return arg(name, "#" + std::to_string(comm.id()));
+  }
   std::string str() const { return text_ + ")"; }
 
  private:
@@ -56,7 +60,8 @@ struct NoPayload {
 };
 
 // Writes the message to stderr and aborts every process of `comm`'s job.
-[[noreturn]] void abort_after_agreement(const Comm& comm, const char* site, std::exception_ptr error);
+[[noreturn]] void abort_after_agreement(const Comm& comm, const char* site,
+                                        std::exception_ptr error);
 
 // Ranks whose signature hash differs from rank 0's throw ValueError naming both calls, the
 // others RemoteError (every rank has the same hashes, so all throw or none does).
@@ -76,17 +81,20 @@ decltype(auto) run_agreed(const char* site, const Comm& comm, Fn&& fn) {
 
 template <class Payload = NoPayload>
 class Collective {
-  static_assert(std::is_trivially_copyable_v<Payload>, "a Collective's payload must be trivially copyable");
+  static_assert(std::is_trivially_copyable_v<Payload>,
+                "a Collective's payload must be trivially copyable");
 
  public:
-  Collective(const char* site, const Comm& comm) : site_(site), comm_(comm), signature_(site, comm) {}
+  Collective(const char* site, const Comm& comm)
+      : site_(site), comm_(comm), signature_(site, comm) {}
   Collective(const Collective&) = delete;
   Collective& operator=(const Collective&) = delete;
 
   // Runs fn(signature, payload) and keeps its failure for the agreement; the plan it returns
   // is engaged only when it succeeded.
   template <class Fn>
-  auto plan(Fn&& fn) -> std::optional<std::decay_t<std::invoke_result_t<Fn&, Signature&, Payload&>>> {
+  auto plan(Fn&& fn)
+      -> std::optional<std::decay_t<std::invoke_result_t<Fn&, Signature&, Payload&>>> {
     try {
       fault_point(site_, FaultPhase::Plan, comm_.rank());
       return fn(signature_, payload_);
@@ -103,7 +111,8 @@ class Collective {
       Payload payload;
     };
     const std::string text = signature_.str();
-    const std::vector<Packet> all = comm_.agree_gather(error_, Packet{signature_hash(text), payload_});
+    const std::vector<Packet> all =
+        comm_.agree_gather(error_, Packet{signature_hash(text), payload_});
     std::vector<std::uint64_t> hashes;
     std::vector<Payload> payloads;
     hashes.reserve(all.size());
@@ -121,7 +130,8 @@ class Collective {
   template <class Fn>
   decltype(auto) execute(Fn&& fn) {
     return run_agreed(site_, comm_, [&]() -> decltype(auto) {
-      if (!agreed_) throw Error("kvmap: internal error: a collective executed before its agreement");
+      if (!agreed_)
+        throw Error("kvmap: internal error: a collective executed before its agreement");
       fault_point(site_, FaultPhase::Execute, comm_.rank());
       return fn();
     });

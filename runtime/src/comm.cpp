@@ -48,13 +48,14 @@ MPI_Datatype mpi_type(DType dtype) {
     case DType::Complex64: return MPI_C_FLOAT_COMPLEX;
     case DType::Complex128: return MPI_C_DOUBLE_COMPLEX;
     case DType::Float16:
-    case DType::BFloat16:
-      break;
+    case DType::BFloat16: break;
   }
   throw TypeError(std::string("kvmap: MPI reductions do not support dtype ") + name(dtype));
 }
 
-bool fits(std::size_t n) { return n <= g_count_limit.load(); }
+bool fits(std::size_t n) {
+  return n <= g_count_limit.load();
+}
 std::atomic<bool> g_force_host_staging{false};
 
 }  // namespace
@@ -97,18 +98,21 @@ void free_duplicate(const std::shared_ptr<Comm::Handle>& handle) {
 
 std::shared_ptr<Comm::Handle> Comm::handle_for(MPI_Comm user) {
   require_mpi();
-  KVMAP_CHECK(user != MPI_COMM_NULL, ValueError, "kvmap::Comm: MPI_COMM_NULL is not a communicator");
+  KVMAP_CHECK(user != MPI_COMM_NULL, ValueError,
+              "kvmap::Comm: MPI_COMM_NULL is not a communicator");
   {
     std::lock_guard<std::mutex> lock(g_registry_mutex);
     if (g_keyval == MPI_KEYVAL_INVALID) {
-      check_mpi(MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, MPI_COMM_NULL_DELETE_FN, &g_keyval, nullptr),
+      check_mpi(MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, MPI_COMM_NULL_DELETE_FN, &g_keyval,
+                                       nullptr),
                 "MPI_Comm_create_keyval");
     }
     void* value = nullptr;
     int found = 0;
     check_mpi(MPI_Comm_get_attr(user, g_keyval, &value, &found), "MPI_Comm_get_attr");
     if (found) {
-      auto it = g_registry.find(static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(value)));
+      auto it =
+          g_registry.find(static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(value)));
       if (it != g_registry.end()) return it->second;
     }
   }
@@ -125,8 +129,9 @@ std::shared_ptr<Comm::Handle> Comm::handle_for(MPI_Comm user) {
   std::lock_guard<std::mutex> lock(g_registry_mutex);
   g_last_id = std::max(g_last_id, id);
   g_registry[id] = h;
-  check_mpi(MPI_Comm_set_attr(user, g_keyval, reinterpret_cast<void*>(static_cast<std::uintptr_t>(id))),
-            "MPI_Comm_set_attr");
+  check_mpi(
+      MPI_Comm_set_attr(user, g_keyval, reinterpret_cast<void*>(static_cast<std::uintptr_t>(id))),
+      "MPI_Comm_set_attr");
   return h;
 }
 
@@ -139,9 +144,13 @@ Comm::Comm() : Comm(world()) {}
 
 Comm::Comm(MPI_Comm comm) : Comm(handle_for(comm)) {}
 
-Comm Comm::world() { return Comm(MPI_COMM_WORLD); }
+Comm Comm::world() {
+  return Comm(MPI_COMM_WORLD);
+}
 
-Comm Comm::self() { return Comm(MPI_COMM_SELF); }
+Comm Comm::self() {
+  return Comm(MPI_COMM_SELF);
+}
 
 MPI_Comm Comm::raw() const {
   KVMAP_CHECK(handle_->comm != MPI_COMM_NULL, Error,
@@ -150,7 +159,9 @@ MPI_Comm Comm::raw() const {
   return handle_->comm;
 }
 
-std::uint64_t Comm::id() const { return handle_->id; }
+std::uint64_t Comm::id() const {
+  return handle_->id;
+}
 
 Comm Comm::from_fortran(std::int64_t handle) {
   return Comm(MPI_Comm_f2c(static_cast<MPI_Fint>(handle)));
@@ -207,8 +218,7 @@ void Comm::bcast_bytes(void* data, std::size_t nbytes, int root) const {
   std::size_t done = 0;
   do {
     const std::size_t piece = std::min(limit, nbytes - done);
-    check_mpi(MPI_Bcast(p + done, static_cast<int>(piece), MPI_BYTE, root, raw()),
-              "MPI_Bcast");
+    check_mpi(MPI_Bcast(p + done, static_cast<int>(piece), MPI_BYTE, root, raw()), "MPI_Bcast");
     done += piece;
   } while (done < nbytes);
 }
@@ -304,9 +314,8 @@ void Comm::alltoallv_bytes(const void* send, const std::vector<std::size_t>& sen
               "MPI_Alltoallv");
     return;
   }
-  exchange_in_pieces(raw(), rank_, size_, static_cast<const unsigned char*>(send),
-                     send_counts, send_displs, static_cast<unsigned char*>(recv), recv_counts,
-                     recv_displs);
+  exchange_in_pieces(raw(), rank_, size_, static_cast<const unsigned char*>(send), send_counts,
+                     send_displs, static_cast<unsigned char*>(recv), recv_counts, recv_displs);
 }
 
 void Comm::allgatherv_bytes(const void* send, std::size_t send_count, void* recv,
@@ -323,14 +332,14 @@ void Comm::allgatherv_bytes(const void* send, std::size_t send_count, void* recv
   for (std::size_t r = 0; r < n; ++r) global_max = std::max(global_max, displs[r] + counts[r]);
   if (fits(global_max)) {
     const auto c = to_int(counts), d = to_int(displs);
-    check_mpi(MPI_Allgatherv(send, static_cast<int>(send_count), MPI_BYTE, recv, c.data(),
-                             d.data(), MPI_BYTE, raw()),
+    check_mpi(MPI_Allgatherv(send, static_cast<int>(send_count), MPI_BYTE, recv, c.data(), d.data(),
+                             MPI_BYTE, raw()),
               "MPI_Allgatherv");
     return;
   }
   std::vector<std::size_t> send_counts(n, send_count), send_displs(n, 0);
-  exchange_in_pieces(raw(), rank_, size_, static_cast<const unsigned char*>(send),
-                     send_counts, send_displs, static_cast<unsigned char*>(recv), counts, displs);
+  exchange_in_pieces(raw(), rank_, size_, static_cast<const unsigned char*>(send), send_counts,
+                     send_displs, static_cast<unsigned char*>(recv), counts, displs);
 }
 
 std::string message_of(std::exception_ptr error) {
@@ -349,8 +358,7 @@ void Comm::agree(std::exception_ptr local_error) const {
 }
 
 std::vector<unsigned char> Comm::agree_gather_bytes(std::exception_ptr local_error,
-                                                    const void* payload,
-                                                    std::size_t nbytes) const {
+                                                    const void* payload, std::size_t nbytes) const {
   constexpr std::size_t kHeader = 8;  // status word, padded so payloads stay aligned
   const std::size_t stride = kHeader + nbytes;
   std::vector<unsigned char> mine(stride, 0), all(stride * static_cast<std::size_t>(size_));
@@ -373,7 +381,8 @@ std::vector<unsigned char> Comm::agree_gather_bytes(std::exception_ptr local_err
   }
   std::vector<unsigned char> payloads(nbytes * static_cast<std::size_t>(size_));
   for (int r = 0; r < size_; ++r) {
-    if (nbytes > 0) std::memcpy(payloads.data() + nbytes * r, all.data() + stride * r + kHeader, nbytes);
+    if (nbytes > 0)
+      std::memcpy(payloads.data() + nbytes * r, all.data() + stride * r + kHeader, nbytes);
   }
   return payloads;
 }
@@ -390,7 +399,9 @@ void Comm::throw_remote(const std::vector<int>& failed, const std::string& first
 }
 
 namespace Impl {
-std::size_t mpi_count_limit() { return g_count_limit.load(); }
+std::size_t mpi_count_limit() {
+  return g_count_limit.load();
+}
 void set_mpi_count_limit(std::size_t limit) {
   g_count_limit = std::min<std::size_t>(std::max<std::size_t>(limit, 1), INT_MAX);
 }
@@ -398,7 +409,9 @@ bool mpi_reads_directly(bool host_accessible) {
   if (!host_accessible) return KVMAP_GPU_AWARE_MPI != 0;
   return !g_force_host_staging.load();
 }
-void set_force_host_staging(bool force) { g_force_host_staging = force; }
+void set_force_host_staging(bool force) {
+  g_force_host_staging = force;
+}
 bool mpi_initialized() {
   int initialized = 0;
   MPI_Initialized(&initialized);

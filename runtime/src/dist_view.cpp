@@ -20,17 +20,16 @@ void check_local_view(DType have, DType want, const LocalBlock& block, int rank,
                       const std::int64_t* static_extents, ViewLayoutKind kind) {
   const int ndim = static_cast<int>(block.extents.size());
   KVMAP_CHECK(have == want, TypeError,
-              "kvmap::DistView::local_view: the array holds " << name(have)
-                                                              << " but the view asks for "
-                                                              << name(want));
+              "kvmap::DistView::local_view: the array holds "
+                  << name(have) << " but the view asks for " << name(want));
   KVMAP_CHECK(rank == ndim, TypeError,
               "kvmap::DistView::local_view: the array has " << ndim << " dimensions but the view "
                                                             << "has rank " << rank);
   for (int d = 0; d < rank; ++d) {
     KVMAP_CHECK(static_extents[d] < 0 || static_extents[d] == block.extents[d], TypeError,
-                "kvmap::DistView::local_view: static extent " << static_extents[d] << " of axis "
-                                                              << d << " differs from the local "
-                                                              << "shape " << to_string(block.extents));
+                "kvmap::DistView::local_view: static extent "
+                    << static_extents[d] << " of axis " << d << " differs from the local "
+                    << "shape " << to_string(block.extents));
   }
   if (kind == ViewLayoutKind::Stride) return;
   // Only axes of extent > 1 constrain the strides of a contiguous layout.
@@ -40,7 +39,8 @@ void check_local_view(DType have, DType want, const LocalBlock& block, int rank,
       KVMAP_CHECK(block.strides[d] == expect, TypeError,
                   "kvmap::DistView::local_view: the local shard (shape "
                       << to_string(block.extents) << ", strides " << to_string(block.strides)
-                      << ") is not " << (kind == ViewLayoutKind::Right ? "LayoutRight" : "LayoutLeft")
+                      << ") is not "
+                      << (kind == ViewLayoutKind::Right ? "LayoutRight" : "LayoutLeft")
                       << "-contiguous; ask for Kokkos::LayoutStride");
     }
     expect *= block.extents[d] > 0 ? block.extents[d] : 1;
@@ -122,9 +122,8 @@ void check_local_metas(const Comm& comm, const std::vector<LocalMeta>& all) {
     const LocalMeta& m = all[r];
     std::ostringstream why;
     if (m.split_given != ref.split_given || (m.split_given && m.split != ref.split)) {
-      why << "rank " << r << " passed split="
-          << (m.split_given ? std::to_string(m.split) : "None") << " but rank 0 passed split="
-          << (ref.split_given ? std::to_string(ref.split) : "None");
+      why << "rank " << r << " passed split=" << (m.split_given ? std::to_string(m.split) : "None")
+          << " but rank 0 passed split=" << (ref.split_given ? std::to_string(ref.split) : "None");
     } else {
       bool same = m.ndim == ref.ndim && m.dtype == ref.dtype;
       for (int d = 0; same && d < m.ndim; ++d) {
@@ -187,7 +186,8 @@ DistView<M> DistView<M>::from_local_source(const LocalSource& source, std::optio
     const LocalMeta& ref = all[0];
     Shape gshape(ref.extents, ref.extents + ref.ndim);
     if (!ref.split_given) {
-      return DistView(Layout::replicated(gshape, comm.size()), plan->dtype, comm, std::move(plan->block));
+      return DistView(Layout::replicated(gshape, comm.size()), plan->dtype, comm,
+                      std::move(plan->block));
     }
     std::vector<std::int64_t> counts(comm.size());
     std::int64_t total = 0;
@@ -204,7 +204,8 @@ DistView<M> DistView<M>::from_local(const at::Tensor& local, std::optional<int> 
       [&local](DType& dtype) {
         Impl::LocalBlock block = Impl::block_from_tensor(local);
         dtype = from_torch(local.scalar_type());
-        Impl::check_same_device(local, Impl::device_of<M>(), "kvmap::DistView::from_local: the tensor");
+        Impl::check_same_device(local, Impl::device_of<M>(),
+                                "kvmap::DistView::from_local: the tensor");
         return block;
       },
       split, std::move(comm));

@@ -23,8 +23,9 @@ struct DistViewAccess {
 // block and fills it (fill(view): local kernels only, so a failure is still agreed); the
 // agreement follows; nothing runs after it.
 template <class M, class Describe, class Fill>
-DistView<M> new_balanced(const char* site, const Shape& gshape, DType dtype, std::optional<int> split,
-                         const Comm& comm, Describe&& describe, Fill&& fill) {
+DistView<M> new_balanced(const char* site, const Shape& gshape, DType dtype,
+                         std::optional<int> split, const Comm& comm, Describe&& describe,
+                         Fill&& fill) {
   return collective(
       site, comm,
       [&](Signature& sig, NoPayload&) {
@@ -33,7 +34,8 @@ DistView<M> new_balanced(const char* site, const Shape& gshape, DType dtype, std
         dtype_from_int(static_cast<int>(dtype));
         Layout layout = Layout::balanced(gshape, split, comm.size());
         LocalBlock block = allocate_block<M>(layout.lshape(comm.rank()), size_of(dtype));
-        DistView<M> view = DistViewAccess::make<M>(std::move(layout), dtype, comm, std::move(block));
+        DistView<M> view =
+            DistViewAccess::make<M>(std::move(layout), dtype, comm, std::move(block));
         fill(view);
         return view;
       },

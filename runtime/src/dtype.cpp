@@ -8,21 +8,16 @@ std::size_t size_of(DType dtype) {
   switch (dtype) {
     case DType::Bool:
     case DType::UInt8:
-    case DType::Int8:
-      return 1;
+    case DType::Int8: return 1;
     case DType::Int16:
     case DType::Float16:
-    case DType::BFloat16:
-      return 2;
+    case DType::BFloat16: return 2;
     case DType::Int32:
-    case DType::Float32:
-      return 4;
+    case DType::Float32: return 4;
     case DType::Int64:
     case DType::Float64:
-    case DType::Complex64:
-      return 8;
-    case DType::Complex128:
-      return 16;
+    case DType::Complex64: return 8;
+    case DType::Complex128: return 16;
   }
   throw ValueError("kvmap::size_of: invalid DType " + std::to_string(static_cast<int>(dtype)));
 }
@@ -50,7 +45,9 @@ bool is_floating_point(DType dtype) {
          dtype == DType::Float64;
 }
 
-bool is_complex(DType dtype) { return dtype == DType::Complex64 || dtype == DType::Complex128; }
+bool is_complex(DType dtype) {
+  return dtype == DType::Complex64 || dtype == DType::Complex128;
+}
 
 DType dtype_from_int(int value) {
   KVMAP_CHECK(value >= 0 && value < kNumDTypes, ValueError,

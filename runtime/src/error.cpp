@@ -18,8 +18,12 @@ RemoteError::RemoteError(std::vector<int> failed_ranks, const std::string& first
     : Error(remote_message(failed_ranks, first_message)), failed_ranks_(std::move(failed_ranks)) {}
 
 namespace Impl {
-void throw_value_error(const std::string& message) { throw ValueError(message); }
-void throw_type_error(const std::string& message) { throw TypeError(message); }
+void throw_value_error(const std::string& message) {
+  throw ValueError(message);
+}
+void throw_type_error(const std::string& message) {
+  throw TypeError(message);
+}
 }  // namespace Impl
 
 }  // namespace kvmap

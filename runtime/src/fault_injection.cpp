@@ -31,7 +31,9 @@ void disarm_faults() {
   g_rank = -1;
 }
 
-std::uint64_t faults_injected() { return g_injected.load(); }
+std::uint64_t faults_injected() {
+  return g_injected.load();
+}
 
 void fault_point(const char* site, FaultPhase phase, int rank) {
   if (!g_armed.load(std::memory_order_relaxed)) return;
@@ -40,7 +42,8 @@ void fault_point(const char* site, FaultPhase phase, int rank) {
   g_armed = false;
   ++g_injected;
   throw Error(std::string("kvmap: injected fault at ") + site +
-              (phase == FaultPhase::Plan ? " (plan)" : " (execute)") + " on rank " + std::to_string(rank));
+              (phase == FaultPhase::Plan ? " (plan)" : " (execute)") + " on rank " +
+              std::to_string(rank));
 }
 
 }  // namespace kvmap::Impl

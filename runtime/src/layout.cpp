@@ -45,8 +45,7 @@ std::int64_t checked_numel(const Shape& shape) {
 
 }  // namespace Impl
 
-Layout::Layout(Shape gshape, std::optional<int> split, int nranks,
-               std::vector<std::int64_t> counts)
+Layout::Layout(Shape gshape, std::optional<int> split, int nranks, std::vector<std::int64_t> counts)
     : gshape_(std::move(gshape)), split_(split), nranks_(nranks), counts_(std::move(counts)) {
   offsets_.resize(counts_.size());
   std::int64_t off = 0;
@@ -74,9 +73,9 @@ Layout Layout::from_counts(Shape gshape, int split, std::vector<std::int64_t> co
   KVMAP_CHECK(!counts.empty(), ValueError, "kvmap::Layout::from_counts: counts must not be empty");
   std::int64_t sum = 0;
   for (std::size_t r = 0; r < counts.size(); ++r) {
-    KVMAP_CHECK(counts[r] >= 0, ValueError,
-                "kvmap::Layout::from_counts: count " << counts[r] << " of rank " << r
-                                                     << " is negative");
+    KVMAP_CHECK(
+        counts[r] >= 0, ValueError,
+        "kvmap::Layout::from_counts: count " << counts[r] << " of rank " << r << " is negative");
     KVMAP_CHECK(counts[r] <= gshape[s] - sum, ValueError,
                 "kvmap::Layout::from_counts: counts " << to_string(counts) << " sum to more than "
                                                       << "the extent " << gshape[s] << " of axis "
@@ -84,17 +83,20 @@ Layout Layout::from_counts(Shape gshape, int split, std::vector<std::int64_t> co
     sum += counts[r];
   }
   KVMAP_CHECK(sum == gshape[s], ValueError,
-              "kvmap::Layout::from_counts: counts " << to_string(counts) << " sum to " << sum
-                                                    << ", expected the extent " << gshape[s]
-                                                    << " of split axis " << s << " of shape "
-                                                    << to_string(gshape));
+              "kvmap::Layout::from_counts: counts "
+                  << to_string(counts) << " sum to " << sum << ", expected the extent " << gshape[s]
+                  << " of split axis " << s << " of shape " << to_string(gshape));
   const int nranks = static_cast<int>(counts.size());
   return Layout(std::move(gshape), s, nranks, std::move(counts));
 }
 
-Layout Layout::replicated(Shape gshape, int nranks) { return balanced(std::move(gshape), std::nullopt, nranks); }
+Layout Layout::replicated(Shape gshape, int nranks) {
+  return balanced(std::move(gshape), std::nullopt, nranks);
+}
 
-std::int64_t Layout::numel() const { return Impl::checked_numel(gshape_); }
+std::int64_t Layout::numel() const {
+  return Impl::checked_numel(gshape_);
+}
 
 void Layout::check_rank(int rank) const {
   KVMAP_CHECK(rank >= 0 && rank < nranks_, ValueError,
@@ -169,6 +171,8 @@ std::string Layout::str() const {
   return os.str();
 }
 
-std::ostream& operator<<(std::ostream& os, const Layout& layout) { return os << layout.str(); }
+std::ostream& operator<<(std::ostream& os, const Layout& layout) {
+  return os << layout.str();
+}
 
 }  // namespace kvmap

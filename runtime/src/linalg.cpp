@@ -17,15 +17,16 @@ namespace {
 
 template <class M>
 void check_operand(const DistView<M>& x, const char* what, const char* arg) {
-  KVMAP_CHECK(x.ndim() == 1 || x.ndim() == 2, ValueError,
-              "kvmap::linalg::" << what << ": " << arg << " must have 1 or 2 dimensions, got "
-                                << x.ndim());
+  KVMAP_CHECK(
+      x.ndim() == 1 || x.ndim() == 2, ValueError,
+      "kvmap::linalg::" << what << ": " << arg << " must have 1 or 2 dimensions, got " << x.ndim());
   KVMAP_CHECK(x.dtype() == DType::Float32 || x.dtype() == DType::Float64, TypeError,
               "kvmap::linalg::" << what << ": " << arg << " must be float32 or float64, got "
                                 << name(x.dtype()));
   const auto contiguous = Impl::row_major_strides(x.lshape());
   bool ok = true;
-  for (int d = 0; d < x.ndim(); ++d) ok = ok && (x.lshape()[d] <= 1 || x.local_strides()[d] == contiguous[d]);
+  for (int d = 0; d < x.ndim(); ++d)
+    ok = ok && (x.lshape()[d] <= 1 || x.local_strides()[d] == contiguous[d]);
   KVMAP_CHECK(ok, ValueError,
               "kvmap::linalg::" << what << ": the local shard of " << arg
                                 << " is not contiguous (strides " << to_string(x.local_strides())
@@ -41,9 +42,9 @@ void check_pair(const DistView<M>& x, const DistView<M>& y, const char* what) {
   KVMAP_CHECK(x.layout() == y.layout(), ValueError,
               "kvmap::linalg::" << what << ": x and y need equal layouts, got " << x.layout()
                                 << " and " << y.layout());
-  KVMAP_CHECK(x.dtype() == y.dtype(), TypeError,
-              "kvmap::linalg::" << what << ": x is " << name(x.dtype()) << " but y is "
-                                << name(y.dtype()));
+  KVMAP_CHECK(
+      x.dtype() == y.dtype(), TypeError,
+      "kvmap::linalg::" << what << ": x is " << name(x.dtype()) << " but y is " << name(y.dtype()));
 }
 
 // What every rank must pass alike: the operands' layouts, dtypes and communicators.
@@ -57,8 +58,8 @@ template <class T, class M>
 Kokkos::View<T*, M, Kokkos::MemoryTraits<Kokkos::Unmanaged>> flat(const DistView<M>& x) {
   std::int64_t n = 1;
   for (std::int64_t e : x.lshape()) n *= e;
-  return Kokkos::View<T*, M, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(static_cast<T*>(x.local_data()),
-                                                                       static_cast<std::size_t>(n));
+  return Kokkos::View<T*, M, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
+      static_cast<T*>(x.local_data()), static_cast<std::size_t>(n));
 }
 
 // A part of a Euclidean norm as LAPACK's lassq keeps it: norm = scale * sqrt(ssq), with
@@ -133,7 +134,8 @@ double nrm2(const DistView<M>& x) {
       [&](Impl::Signature& sig, ScaledSsq& partial) {
         describe(sig, x, "x");
         check_operand(x, "nrm2", "x");
-        partial = x.dtype() == DType::Float64 ? local_scaled_ssq<double>(x) : local_scaled_ssq<float>(x);
+        partial =
+            x.dtype() == DType::Float64 ? local_scaled_ssq<double>(x) : local_scaled_ssq<float>(x);
         return true;
       },
       [](bool, const std::vector<ScaledSsq>& parts) {
@@ -177,16 +179,17 @@ void axpby(double a, const DistView<M>& x, double b, DistView<M>& y) {
         if (x.dtype() == DType::Float64) {
           KokkosBlas::axpby(a, flat<double>(x), b, flat<double>(y));
         } else {
-          KokkosBlas::axpby(static_cast<float>(a), flat<float>(x), static_cast<float>(b), flat<float>(y));
+          KokkosBlas::axpby(static_cast<float>(a), flat<float>(x), static_cast<float>(b),
+                            flat<float>(y));
         }
         typename DistView<M>::execution_space().fence();
         return true;
       });
 }
 
-#define KVMAP_INSTANTIATE_LINALG(Space)                                           \
-  template double dot<Space>(const DistView<Space>&, const DistView<Space>&);     \
-  template double nrm2<Space>(const DistView<Space>&);                            \
+#define KVMAP_INSTANTIATE_LINALG(Space)                                       \
+  template double dot<Space>(const DistView<Space>&, const DistView<Space>&); \
+  template double nrm2<Space>(const DistView<Space>&);                        \
   template void axpby<Space>(double, const DistView<Space>&, double, DistView<Space>&);
 KVMAP_FOR_EACH_MEMORY_SPACE(KVMAP_INSTANTIATE_LINALG)
 

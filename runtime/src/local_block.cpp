@@ -23,7 +23,8 @@ std::size_t checked_span_bytes(const std::vector<std::int64_t>& extents,
               "kvmap: " << extents.size() << " extents but " << strides.size() << " strides");
   KVMAP_CHECK(static_cast<int>(extents.size()) <= kMaxRank, ValueError,
               "kvmap: arrays have at most " << kMaxRank << " dimensions, got " << extents.size());
-  KVMAP_CHECK(itemsize > 0 && itemsize <= 16, ValueError, "kvmap: invalid element size " << itemsize);
+  KVMAP_CHECK(itemsize > 0 && itemsize <= 16, ValueError,
+              "kvmap: invalid element size " << itemsize);
   for (std::size_t d = 0; d < extents.size(); ++d) {
     KVMAP_CHECK(extents[d] >= 0, ValueError,
                 "kvmap: negative extent " << extents[d] << " in shape " << to_string(extents));
@@ -56,10 +57,10 @@ BoxGeometry make_box_geometry(const std::vector<std::int64_t>& extents,
   KVMAP_CHECK(extents.size() <= static_cast<std::size_t>(kMaxRank) &&
                   src_strides.size() == extents.size() && dst_strides.size() == extents.size(),
               ValueError,
-              "kvmap: a box copy needs at most " << kMaxRank << " axes and one stride per axis, got "
-                                                 << extents.size() << " extents and "
-                                                 << src_strides.size() << "/" << dst_strides.size()
-                                                 << " strides");
+              "kvmap: a box copy needs at most "
+                  << kMaxRank << " axes and one stride per axis, got " << extents.size()
+                  << " extents and " << src_strides.size() << "/" << dst_strides.size()
+                  << " strides");
   BoxGeometry g;
   // Drop unit axes, then merge neighbours that are contiguous in both source and destination.
   for (std::size_t d = 0; d < extents.size(); ++d) {

@@ -13,7 +13,7 @@ namespace kvmap {
 namespace {
 std::mutex g_seed_mutex;
 std::uint64_t g_seed = 0x6b766d6170ull;  // "kvmap"
-std::uint64_t g_seed_epoch = 0;  // advanced by manual_seed: restarts every stream count
+std::uint64_t g_seed_epoch = 0;          // advanced by manual_seed: restarts every stream count
 
 std::uint64_t splitmix64(std::uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;
@@ -150,10 +150,10 @@ DistView<M> normal(Shape gshape, DType dtype, std::optional<int> split, Comm com
                         Distribution::Normal);
 }
 
-#define KVMAP_INSTANTIATE_RANDOM(Space)                                                       \
-  template DistView<Space> uniform<Space>(Shape, DType, std::optional<int>, Comm,            \
-                                          std::optional<std::uint64_t>);                     \
-  template DistView<Space> normal<Space>(Shape, DType, std::optional<int>, Comm,             \
+#define KVMAP_INSTANTIATE_RANDOM(Space)                                           \
+  template DistView<Space> uniform<Space>(Shape, DType, std::optional<int>, Comm, \
+                                          std::optional<std::uint64_t>);          \
+  template DistView<Space> normal<Space>(Shape, DType, std::optional<int>, Comm,  \
                                          std::optional<std::uint64_t>);
 KVMAP_FOR_EACH_MEMORY_SPACE(KVMAP_INSTANTIATE_RANDOM)
 

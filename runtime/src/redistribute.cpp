@@ -110,7 +110,8 @@ bool staged_through_host() {
 template <class Dst, class Src>
 void copy_bytes(void* dst, const void* src, std::size_t n) {
   if (n == 0) return;
-  Kokkos::View<unsigned char*, Dst, Kokkos::MemoryTraits<Kokkos::Unmanaged>> d(static_cast<unsigned char*>(dst), n);
+  Kokkos::View<unsigned char*, Dst, Kokkos::MemoryTraits<Kokkos::Unmanaged>> d(
+      static_cast<unsigned char*>(dst), n);
   Kokkos::View<const unsigned char*, Src, Kokkos::MemoryTraits<Kokkos::Unmanaged>> s(
       static_cast<const unsigned char*>(src), n);
   Kokkos::deep_copy(d, s);
@@ -160,8 +161,8 @@ struct Side {
   std::size_t total = 0;
 };
 
-Side plan_side(const Impl::LocalBlock& block, const Box& whole, const std::vector<Box>& pieces, int me,
-               std::size_t itemsize, bool include_self, bool packed) {
+Side plan_side(const Impl::LocalBlock& block, const Box& whole, const std::vector<Box>& pieces,
+               int me, std::size_t itemsize, bool include_self, bool packed) {
   const int P = static_cast<int>(pieces.size());
   Side side;
   side.counts.assign(P, 0);
@@ -186,7 +187,8 @@ enum class ExchangeKind { Local, Allgather, AllToAll };
 
 template <class M>
 struct Exchange {
-  Exchange(DistView<M> source, Layout target_layout) : src(std::move(source)), target(std::move(target_layout)) {}
+  Exchange(DistView<M> source, Layout target_layout)
+      : src(std::move(source)), target(std::move(target_layout)) {}
   DistView<M> src;
   Layout target;
   ExchangeKind kind = ExchangeKind::Local;
@@ -236,7 +238,8 @@ Exchange<M> plan_exchange(const DistView<M>& src, const Layout& target) {
     x.kind = ExchangeKind::Allgather;
     x.recv_boxes.resize(P);
     for (int r = 0; r < P; ++r) x.recv_boxes[r] = held(S, r);
-    x.send = plan_side(x.src_block, x.my_src, std::vector<Box>(P, x.my_src), me, itemsize, true, staged);
+    x.send =
+        plan_side(x.src_block, x.my_src, std::vector<Box>(P, x.my_src), me, itemsize, true, staged);
     x.send.total = x.send.counts[me];  // sent once, to every rank
     x.recv = plan_side(x.dst, x.my_dst, x.recv_boxes, me, itemsize, true, staged);
     allocate_buffers(x, staged);
@@ -256,7 +259,8 @@ Exchange<M> plan_exchange(const DistView<M>& src, const Layout& target) {
   for (int r = 0; r < P; ++r) {
     x.global_max = std::max<std::size_t>(
         x.global_max,
-        static_cast<std::size_t>(std::max(held(S, r).volume(), held(target, r).volume())) * itemsize);
+        static_cast<std::size_t>(std::max(held(S, r).volume(), held(target, r).volume())) *
+            itemsize);
   }
   allocate_buffers(x, staged);
   return x;
@@ -275,23 +279,25 @@ DistView<M> run_exchange(Exchange<M>& x) {
   } else if (x.kind == ExchangeKind::Allgather) {
     const unsigned char* send_ptr = static_cast<const unsigned char*>(src.data) + x.send.displs[me];
     if (x.send_buf) {
-      copy_sub_box(exec, src, x.my_src, buffer_block(x.send_buf->data(), x.my_src), x.my_src, x.my_src, itemsize);
+      copy_sub_box(exec, src, x.my_src, buffer_block(x.send_buf->data(), x.my_src), x.my_src,
+                   x.my_src, itemsize);
       send_ptr = x.send_buf->data();
     }
-    unsigned char* recv_base = x.recv_buf ? x.recv_buf->data() : static_cast<unsigned char*>(x.dst.data);
+    unsigned char* recv_base =
+        x.recv_buf ? x.recv_buf->data() : static_cast<unsigned char*>(x.dst.data);
     exec.fence();
     if (x.send_host) {
       copy_bytes<Kokkos::HostSpace, M>(x.send_host->data(), send_ptr, x.send.total);
-      comm.allgatherv_bytes(x.send_host->data(), x.send.counts[me], x.recv_host->data(), x.recv.counts,
-                            x.recv.displs);
+      comm.allgatherv_bytes(x.send_host->data(), x.send.counts[me], x.recv_host->data(),
+                            x.recv.counts, x.recv.displs);
       copy_bytes<M, Kokkos::HostSpace>(recv_base, x.recv_host->data(), x.recv.total);
     } else {
       comm.allgatherv_bytes(send_ptr, x.send.counts[me], recv_base, x.recv.counts, x.recv.displs);
     }
     if (x.recv_buf) {
       for (int r = 0; r < P; ++r) {
-        copy_sub_box(exec, buffer_block(recv_base + x.recv.displs[r], x.recv_boxes[r]), x.recv_boxes[r], x.dst,
-                     x.my_dst, x.recv_boxes[r], itemsize);
+        copy_sub_box(exec, buffer_block(recv_base + x.recv.displs[r], x.recv_boxes[r]),
+                     x.recv_boxes[r], x.dst, x.my_dst, x.recv_boxes[r], itemsize);
       }
     }
   } else {
@@ -301,7 +307,8 @@ DistView<M> run_exchange(Exchange<M>& x) {
       send_base = x.send_buf->data();
       for (int p = 0; p < P; ++p) {
         if (p == me) continue;
-        copy_sub_box(exec, src, x.my_src, buffer_block(x.send_buf->data() + x.send.displs[p], x.send_boxes[p]),
+        copy_sub_box(exec, src, x.my_src,
+                     buffer_block(x.send_buf->data() + x.send.displs[p], x.send_boxes[p]),
                      x.send_boxes[p], x.send_boxes[p], itemsize);
       }
     }
@@ -314,14 +321,14 @@ DistView<M> run_exchange(Exchange<M>& x) {
                            x.recv.counts, x.recv.displs, x.global_max);
       copy_bytes<M, Kokkos::HostSpace>(recv_base, x.recv_host->data(), x.recv.total);
     } else {
-      comm.alltoallv_bytes(send_base, x.send.counts, x.send.displs, recv_base, x.recv.counts, x.recv.displs,
-                           x.global_max);
+      comm.alltoallv_bytes(send_base, x.send.counts, x.send.displs, recv_base, x.recv.counts,
+                           x.recv.displs, x.global_max);
     }
     if (x.recv_buf) {
       for (int q = 0; q < P; ++q) {
         if (q == me) continue;
-        copy_sub_box(exec, buffer_block(recv_base + x.recv.displs[q], x.recv_boxes[q]), x.recv_boxes[q], x.dst,
-                     x.my_dst, x.recv_boxes[q], itemsize);
+        copy_sub_box(exec, buffer_block(recv_base + x.recv.displs[q], x.recv_boxes[q]),
+                     x.recv_boxes[q], x.dst, x.my_dst, x.recv_boxes[q], itemsize);
       }
     }
   }
@@ -350,14 +357,13 @@ DistView<M> DistView<M>::redistribute(const Layout& target) const {
         describe_source(sig, *this);
         sig.arg("target", target);
         KVMAP_CHECK(target.nranks() == comm_.size(), ValueError,
-                    "kvmap::DistView::redistribute: the target " << target << " is for "
-                                                                 << target.nranks()
-                                                                 << " ranks but the communicator has "
-                                                                 << comm_.size());
+                    "kvmap::DistView::redistribute: the target "
+                        << target << " is for " << target.nranks()
+                        << " ranks but the communicator has " << comm_.size());
         KVMAP_CHECK(target.gshape() == gshape(), ValueError,
-                    "kvmap::DistView::redistribute: the target " << target << " has global shape "
-                                                                 << to_string(target.gshape())
-                                                                 << ", the array " << to_string(gshape()));
+                    "kvmap::DistView::redistribute: the target "
+                        << target << " has global shape " << to_string(target.gshape())
+                        << ", the array " << to_string(gshape()));
         return plan_exchange(*this, target);  // its own memory, also when the layout is unchanged
       },
       [](Exchange<M>& x, const std::vector<Impl::NoPayload>&) { return run_exchange(x); });
@@ -418,7 +424,8 @@ template <class M>
 at::Tensor run_gather(GatherPlan<M>& plan, int root, int me) {
   if (!plan.exchange) {
     if (plan.copy.defined()) {
-      Impl::count_bytes_copied(static_cast<std::uint64_t>(plan.copy.numel()) * plan.copy.element_size());
+      Impl::count_bytes_copied(static_cast<std::uint64_t>(plan.copy.numel()) *
+                               plan.copy.element_size());
     }
     return plan.copy;
   }
@@ -470,11 +477,13 @@ DistView<M> DistView<M>::from_global(const at::Tensor& full, std::optional<int> 
         Impl::LocalBlock block = Impl::block_from_tensor(full);
         const DType dtype = from_torch(full.scalar_type());
         sig.arg("shape", block.extents).arg("dtype", dtype);
-        Impl::check_same_device(full, Impl::device_of<M>(), "kvmap::DistView::from_global: the tensor");
+        Impl::check_same_device(full, Impl::device_of<M>(),
+                                "kvmap::DistView::from_global: the tensor");
         const Layout target = Layout::balanced(block.extents, split, comm.size());
         Layout whole = Layout::replicated(block.extents, comm.size());
         Plan plan;
-        plan.whole.emplace(Impl::DistViewAccess::make<M>(std::move(whole), dtype, comm, std::move(block)));
+        plan.whole.emplace(
+            Impl::DistViewAccess::make<M>(std::move(whole), dtype, comm, std::move(block)));
         if (split) plan.slice.emplace(plan_exchange(*plan.whole, target));
         return plan;
       },
@@ -499,22 +508,24 @@ DistView<M> DistView<M>::scatter(const at::Tensor& full_on_root, std::optional<i
   // allocate their part before the second.
   const int me = comm.rank();
   Impl::Collective<ScatterMeta> arguments("DistView::scatter", comm);
-  std::optional<Impl::LocalBlock> root_block = arguments.plan([&](Impl::Signature& sig, ScatterMeta& meta) {
-    sig.arg("split", split).arg("root", root);
-    KVMAP_CHECK(root >= 0 && root < comm.size(), ValueError,
-                "kvmap::DistView::scatter: root " << root << " out of range for " << comm.size()
-                                                  << " ranks");
-    Impl::LocalBlock block;
-    if (me == root) {
-      block = Impl::block_from_tensor(full_on_root);
-      Impl::check_same_device(full_on_root, Impl::device_of<M>(), "kvmap::DistView::scatter: the tensor");
-      meta.ndim = static_cast<std::int32_t>(block.extents.size());
-      meta.dtype = static_cast<std::int32_t>(from_torch(full_on_root.scalar_type()));
-      for (int d = 0; d < meta.ndim; ++d) meta.extents[d] = block.extents[d];
-      Layout::balanced(block.extents, split, comm.size());  // validates split for this shape
-    }
-    return block;
-  });
+  std::optional<Impl::LocalBlock> root_block =
+      arguments.plan([&](Impl::Signature& sig, ScatterMeta& meta) {
+        sig.arg("split", split).arg("root", root);
+        KVMAP_CHECK(root >= 0 && root < comm.size(), ValueError,
+                    "kvmap::DistView::scatter: root " << root << " out of range for " << comm.size()
+                                                      << " ranks");
+        Impl::LocalBlock block;
+        if (me == root) {
+          block = Impl::block_from_tensor(full_on_root);
+          Impl::check_same_device(full_on_root, Impl::device_of<M>(),
+                                  "kvmap::DistView::scatter: the tensor");
+          meta.ndim = static_cast<std::int32_t>(block.extents.size());
+          meta.dtype = static_cast<std::int32_t>(from_torch(full_on_root.scalar_type()));
+          for (int d = 0; d < meta.ndim; ++d) meta.extents[d] = block.extents[d];
+          Layout::balanced(block.extents, split, comm.size());  // validates split for this shape
+        }
+        return block;
+      });
   const ScatterMeta meta = arguments.agree()[root];
   const Shape gshape(meta.extents, meta.extents + meta.ndim);
   const DType dtype = static_cast<DType>(meta.dtype);
@@ -540,7 +551,8 @@ DistView<M> DistView<M>::scatter(const at::Tensor& full_on_root, std::optional<i
           block.strides = Impl::row_major_strides(block.extents);
           if (meta.ndim == 0) block = Impl::allocate_block<M>(gshape, size_of(dtype));
         }
-        return plan_exchange(Impl::DistViewAccess::make<M>(*source, dtype, comm, std::move(block)), target);
+        return plan_exchange(Impl::DistViewAccess::make<M>(*source, dtype, comm, std::move(block)),
+                             target);
       },
       [&](Exchange<M>& x, const std::vector<Impl::NoPayload>&) {
         if (meta.ndim == 0) {
@@ -551,15 +563,16 @@ DistView<M> DistView<M>::scatter(const at::Tensor& full_on_root, std::optional<i
       });
 }
 
-#define KVMAP_INSTANTIATE_REDISTRIBUTE(Space)                                                  \
-  template DistView<Space> DistView<Space>::redistribute(const Layout&) const;                 \
-  template DistView<Space> DistView<Space>::resplit(std::optional<int>) const;                 \
-  template DistView<Space> DistView<Space>::balance() const;                                   \
-  template at::Tensor DistView<Space>::gather(int) const;                                      \
-  template at::Tensor DistView<Space>::allgather() const;                                      \
-  template DistView<Space> DistView<Space>::from_global(const at::Tensor&, std::optional<int>, \
-                                                        Comm);                                 \
-  template DistView<Space> DistView<Space>::scatter(const at::Tensor&, std::optional<int>, Comm, int);
+#define KVMAP_INSTANTIATE_REDISTRIBUTE(Space)                                                    \
+  template DistView<Space> DistView<Space>::redistribute(const Layout&) const;                   \
+  template DistView<Space> DistView<Space>::resplit(std::optional<int>) const;                   \
+  template DistView<Space> DistView<Space>::balance() const;                                     \
+  template at::Tensor DistView<Space>::gather(int) const;                                        \
+  template at::Tensor DistView<Space>::allgather() const;                                        \
+  template DistView<Space> DistView<Space>::from_global(const at::Tensor&, std::optional<int>,   \
+                                                        Comm);                                   \
+  template DistView<Space> DistView<Space>::scatter(const at::Tensor&, std::optional<int>, Comm, \
+                                                    int);
 KVMAP_FOR_EACH_MEMORY_SPACE(KVMAP_INSTANTIATE_REDISTRIBUTE)
 
 }  // namespace kvmap

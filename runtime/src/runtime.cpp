@@ -17,11 +17,13 @@ ScopeGuard::ScopeGuard(int& argc, char**& argv) {
   }
 }
 
-const char* version() { return KVMAP_VERSION_STRING; }
+const char* version() {
+  return KVMAP_VERSION_STRING;
+}
 
 const char* build_info() {
-  return "kvmap " KVMAP_VERSION_STRING " (Kokkos " KVMAP_KOKKOS_VERSION_STRING ", devices "
-         KVMAP_KOKKOS_DEVICES_STRING "; LibTorch " KVMAP_TORCH_VERSION_STRING ")";
+  return "kvmap " KVMAP_VERSION_STRING " (Kokkos " KVMAP_KOKKOS_VERSION_STRING
+         ", devices " KVMAP_KOKKOS_DEVICES_STRING "; LibTorch " KVMAP_TORCH_VERSION_STRING ")";
 }
 
 ScopeGuard::~ScopeGuard() {

@@ -42,10 +42,18 @@ void reset_stats() {
 }
 
 namespace Impl {
-void count_bytes_copied(std::uint64_t n) { counters().bytes_copied += n; }
-void count_vmap_call() { ++counters().vmap_calls; }
-void count_chunks(std::uint64_t n) { counters().chunks_run += n; }
-void count_collective() { ++counters().collectives; }
+void count_bytes_copied(std::uint64_t n) {
+  counters().bytes_copied += n;
+}
+void count_vmap_call() {
+  ++counters().vmap_calls;
+}
+void count_chunks(std::uint64_t n) {
+  counters().chunks_run += n;
+}
+void count_collective() {
+  ++counters().collectives;
+}
 void count_allocation(std::uint64_t n) {
   counters().bytes_allocated += n;
   counters().bytes_live += static_cast<std::int64_t>(n);
@@ -55,7 +63,9 @@ void count_deallocation(std::uint64_t n) {
   counters().bytes_live -= static_cast<std::int64_t>(n);
   --counters().allocations_live;
 }
-std::int64_t live_allocations() { return counters().allocations_live.load(); }
+std::int64_t live_allocations() {
+  return counters().allocations_live.load();
+}
 }  // namespace Impl
 
 }  // namespace kvmap

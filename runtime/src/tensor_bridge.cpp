@@ -75,7 +75,8 @@ at::Tensor tensor_from_block(const LocalBlock& block, DType dtype, DeviceSpec de
 }
 
 LocalBlock block_from_tensor(const at::Tensor& tensor) {
-  KVMAP_CHECK(tensor.defined(), ValueError, "kvmap: expected a defined tensor, got an undefined one");
+  KVMAP_CHECK(tensor.defined(), ValueError,
+              "kvmap: expected a defined tensor, got an undefined one");
   KVMAP_CHECK(tensor.layout() == at::kStrided && tensor.has_storage(), TypeError,
               "kvmap: expected a strided tensor with storage, got layout "
                   << tensor.layout() << " (sparse, batched and meta tensors cannot be adopted)");

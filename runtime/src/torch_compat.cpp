@@ -34,7 +34,9 @@ VmapLevel::VmapLevel(std::int64_t batch_size, VmapRandomness randomness) : batch
 #endif
 }
 
-VmapLevel::~VmapLevel() { functorch::popDynamicLayerAndDeleteMetadata(); }
+VmapLevel::~VmapLevel() {
+  functorch::popDynamicLayerAndDeleteMetadata();
+}
 
 at::Tensor VmapLevel::add_batch_dim(const at::Tensor& physical, std::int64_t dim) const {
   return functorch::addBatchDim(physical, dim, level_);
@@ -72,7 +74,9 @@ std::unique_lock<std::recursive_mutex> vmap_region_lock() {
   return std::unique_lock<std::recursive_mutex>(g_vmap_region_mutex);
 }
 
-bool concurrent_vmap_supported() { return TORCH_VERSION_MAJOR >= 2; }
+bool concurrent_vmap_supported() {
+  return TORCH_VERSION_MAJOR >= 2;
+}
 
 at::Tensor make_batched(const at::Tensor& physical, std::int64_t level) {
   return functorch::addBatchDim(physical, 0, level);

@@ -113,8 +113,8 @@ std::int64_t validate_arrays(const std::vector<ArrayArg>& arrays, const std::vec
                     << first << " and mapped input " << j << " has " << l);
   }
   KVMAP_CHECK(batch > 0, ValueError,
-              "kvmap::vmap: the mapped inputs have an empty batch (" << first
-                                                                     << "); output shapes would be unknown");
+              "kvmap::vmap: the mapped inputs have an empty batch ("
+                  << first << "); output shapes would be unknown");
   return batch;
 }
 
@@ -135,14 +135,14 @@ void describe_options(Signature& sig, const VmapOptions& o, const StreamState& s
 // ---- per-output metadata, fixed by chunk 0 and agreed across ranks ----------------------
 constexpr int kInlineOutputs = 8;
 struct OutputMeta {
-  std::int32_t ndim;   // per sample
+  std::int32_t ndim;  // per sample
   std::int32_t dtype;
   std::int32_t out_dim;  // normalized
   std::int32_t pad;
   std::int64_t shape[kMaxRank];  // per sample
 };
 struct ResultMeta {
-  std::int32_t ran;   // 1 when this rank ran f (non-empty local batch)
+  std::int32_t ran;  // 1 when this rank ran f (non-empty local batch)
   std::int32_t nout;
   OutputMeta out[kInlineOutputs];
 };
@@ -155,7 +155,8 @@ std::string describe(const OutputMeta& m) {
 }
 
 std::string serialize(const std::vector<OutputMeta>& metas) {
-  return std::string(reinterpret_cast<const char*>(metas.data()), metas.size() * sizeof(OutputMeta));
+  return std::string(reinterpret_cast<const char*>(metas.data()),
+                     metas.size() * sizeof(OutputMeta));
 }
 
 std::vector<OutputMeta> deserialize(const std::string& s) {
@@ -193,7 +194,8 @@ struct ChunkRunner {
   }
 
  private:
-  std::vector<at::Tensor> run_checked(std::int64_t start, std::int64_t len, std::vector<OutputMeta>* record,
+  std::vector<at::Tensor> run_checked(std::int64_t start, std::int64_t len,
+                                      std::vector<OutputMeta>* record,
                                       const std::vector<OutputMeta>& metas) const {
     // Mapped arrays: this chunk's samples; replicated ones: the whole shard.
     std::vector<at::Tensor> chunk_inputs;
@@ -226,9 +228,8 @@ struct ChunkRunner {
     const bool first = record != nullptr;
     KVMAP_CHECK(first || results.size() == metas.size(), ValueError,
                 "kvmap::vmap: the function returned " << results.size() << " outputs on samples ["
-                                                      << start << ", " << start + len
-                                                      << ") but " << metas.size()
-                                                      << " on the first chunk");
+                                                      << start << ", " << start + len << ") but "
+                                                      << metas.size() << " on the first chunk");
     std::vector<at::Tensor> physical(results.size());
     for (std::size_t k = 0; k < results.size(); ++k) {
       KVMAP_CHECK(results[k].defined(), ValueError,
@@ -238,7 +239,8 @@ struct ChunkRunner {
       std::memset(&m, 0, sizeof m);
       m.ndim = static_cast<std::int32_t>(ndim);
       m.dtype = static_cast<std::int32_t>(from_torch(results[k].scalar_type()));
-      m.out_dim = static_cast<std::int32_t>(normalize_out_dim(options.out_dims(), k, results.size(), ndim));
+      m.out_dim =
+          static_cast<std::int32_t>(normalize_out_dim(options.out_dims(), k, results.size(), ndim));
       for (std::int64_t d = 0; d < ndim; ++d) m.shape[d] = results[k].size(d);
       check_same_device(results[k], device, "kvmap::vmap: output " + std::to_string(k));
       if (first) {
@@ -262,8 +264,8 @@ bool needs_materializing(const at::Tensor& t) {
   return false;
 }
 
-LocalRun run_local(const VmapOptions& options, std::int64_t n_local, const ChunkRunner& runner, Allocate allocate,
-                   const std::vector<MemorySpan>& input_spans) {
+LocalRun run_local(const VmapOptions& options, std::int64_t n_local, const ChunkRunner& runner,
+                   Allocate allocate, const std::vector<MemorySpan>& input_spans) {
   LocalRun out;
   const std::int64_t cs = std::min(options.chunk_size().value_or(n_local), n_local);
   const std::int64_t nchunks = (n_local + cs - 1) / cs;
@@ -303,7 +305,9 @@ LocalRun run_local(const VmapOptions& options, std::int64_t n_local, const Chunk
   }
   auto write = [&](std::int64_t start, const std::vector<at::Tensor>& chunk) {
     for (std::size_t k = 0; k < chunk.size(); ++k) {
-      out.outputs[k].narrow(out.metas[k].out_dim, start, chunk[k].size(out.metas[k].out_dim)).copy_(chunk[k]);
+      out.outputs[k]
+          .narrow(out.metas[k].out_dim, start, chunk[k].size(out.metas[k].out_dim))
+          .copy_(chunk[k]);
       count_bytes_copied(static_cast<std::uint64_t>(chunk[k].numel()) * chunk[k].element_size());
     }
   };
@@ -367,7 +371,8 @@ LocalRun run_local(const VmapOptions& options, std::int64_t n_local, const Chunk
       Region region("kvmap::vmap/chunk");
       Kokkos::parallel_for(
           "kvmap::vmap/chunks",
-          Kokkos::RangePolicy<Host, Kokkos::Schedule<Kokkos::Static>, Kokkos::IndexType<std::int64_t>>(wave, end, Kokkos::ChunkSize(1)),
+          Kokkos::RangePolicy<Host, Kokkos::Schedule<Kokkos::Static>,
+                              Kokkos::IndexType<std::int64_t>>(wave, end, Kokkos::ChunkSize(1)),
           body_in_caller_state);
       Host().fence();
     }
@@ -387,7 +392,8 @@ std::vector<OutputMeta> agreed_outputs(const Comm& comm, const std::vector<Resul
     const std::vector<std::string> s = comm.allgather_strings(serialize(mine));
     for (std::size_t r = 0; r < all.size(); ++r) metas[r] = deserialize(s[r]);
   } else {
-    for (std::size_t r = 0; r < all.size(); ++r) metas[r].assign(all[r].out, all[r].out + all[r].nout);
+    for (std::size_t r = 0; r < all.size(); ++r)
+      metas[r].assign(all[r].out, all[r].out + all[r].nout);
   }
   int ref = -1;
   for (std::size_t r = 0; r < all.size(); ++r) {
@@ -399,7 +405,8 @@ std::vector<OutputMeta> agreed_outputs(const Comm& comm, const std::vector<Resul
     const auto& a = metas[ref];
     const auto& b = metas[r];
     bool same = a.size() == b.size();
-    for (std::size_t k = 0; same && k < a.size(); ++k) same = std::memcmp(&a[k], &b[k], sizeof(OutputMeta)) == 0;
+    for (std::size_t k = 0; same && k < a.size(); ++k)
+      same = std::memcmp(&a[k], &b[k], sizeof(OutputMeta)) == 0;
     if (!same) {
       std::ostringstream os;
       os << "kvmap::vmap: the function's outputs differ between ranks: rank " << ref << " returned "
@@ -413,7 +420,8 @@ std::vector<OutputMeta> agreed_outputs(const Comm& comm, const std::vector<Resul
   return metas[ref];
 }
 
-Layout output_layout(const OutputMeta& m, std::int64_t batch, const std::vector<std::int64_t>& counts) {
+Layout output_layout(const OutputMeta& m, std::int64_t batch,
+                     const std::vector<std::int64_t>& counts) {
   Shape gshape(m.shape, m.shape + m.ndim);
   gshape.insert(gshape.begin() + m.out_dim, batch);
   return Layout::from_counts(gshape, m.out_dim, counts);
@@ -430,8 +438,9 @@ struct CoreResult {
 // a failure of f, or of an output's layout or allocation, is kept) -> agree on the result
 // (status and output metadata, one collective) -> assemble (cannot fail: zero-byte blocks on
 // ranks without samples).
-CoreResult run_core(const std::vector<ArrayArg>& arrays, const std::vector<MemorySpan>& tensor_spans,
-                    const Comm& comm, DeviceSpec device, const VmapOptions& options, const ArgsCall& call,
+CoreResult run_core(const std::vector<ArrayArg>& arrays,
+                    const std::vector<MemorySpan>& tensor_spans, const Comm& comm,
+                    DeviceSpec device, const VmapOptions& options, const ArgsCall& call,
                     Allocate allocate) {
   Region whole("kvmap::vmap");
   count_vmap_call();
@@ -479,14 +488,17 @@ CoreResult run_core(const std::vector<ArrayArg>& arrays, const std::vector<Memor
     try {
       if (n_local > 0) {
         std::vector<at::Tensor> locals;
-        for (const ArrayArg& a : arrays) locals.push_back(tensor_from_block(a.block, a.dtype, device));
+        for (const ArrayArg& a : arrays)
+          locals.push_back(tensor_from_block(a.block, a.dtype, device));
         std::vector<MemorySpan> input_spans = tensor_spans;
         for (const ArrayArg& a : arrays) input_spans.push_back(span_of(a.block, size_of(a.dtype)));
-        ChunkRunner runner{arrays, locals, options, call, generator, device, lead.offset(me), stream.key()};
+        ChunkRunner runner{arrays,    locals, options,         call,
+                           generator, device, lead.offset(me), stream.key()};
         local = run_local(options, n_local, runner, allocate, input_spans);
         count_chunks(static_cast<std::uint64_t>(local.chunks));
         // Everything assembly needs from the outputs, checked before the result agreement.
-        for (const OutputMeta& m : local.metas) layouts.push_back(output_layout(m, plan->batch, counts));
+        for (const OutputMeta& m : local.metas)
+          layouts.push_back(output_layout(m, plan->batch, counts));
         for (const at::Tensor& t : local.outputs) blocks.push_back(block_from_tensor(t));
       }
       torch_on_kokkos.finish();
@@ -512,8 +524,10 @@ CoreResult run_core(const std::vector<ArrayArg>& arrays, const std::vector<Memor
     CoreResult result;
     for (std::size_t k = 0; k < agreed.size(); ++k) {
       const DType dt = static_cast<DType>(agreed[k].dtype);
-      Layout layout = n_local > 0 ? std::move(layouts[k]) : output_layout(agreed[k], plan->batch, counts);
-      result.blocks.push_back(n_local > 0 ? std::move(blocks[k]) : allocate(layout.lshape(me), size_of(dt)));
+      Layout layout =
+          n_local > 0 ? std::move(layouts[k]) : output_layout(agreed[k], plan->batch, counts);
+      result.blocks.push_back(n_local > 0 ? std::move(blocks[k])
+                                          : allocate(layout.lshape(me), size_of(dt)));
       result.dtypes.push_back(dt);
       result.layouts.push_back(std::move(layout));
     }
@@ -524,7 +538,8 @@ CoreResult run_core(const std::vector<ArrayArg>& arrays, const std::vector<Memor
 }  // namespace
 
 template <class M>
-std::vector<DistView<M>> vmap_core(const std::vector<DistView<M>>& arrays, const std::vector<at::Tensor>& tensors,
+std::vector<DistView<M>> vmap_core(const std::vector<DistView<M>>& arrays,
+                                   const std::vector<at::Tensor>& tensors,
                                    const VmapOptions& options, const ArgsCall& call) {
   const Comm comm = arrays.empty() ? Comm::world() : arrays.front().comm();
   std::vector<ArrayArg> args;
@@ -536,7 +551,8 @@ std::vector<DistView<M>> vmap_core(const std::vector<DistView<M>>& arrays, const
   for (const at::Tensor& t : tensors) {
     if (t.defined()) tensor_spans.push_back(span_of(t));
   }
-  CoreResult result = run_core(args, tensor_spans, comm, device_of<M>(), options, call, &allocate_block<M>);
+  CoreResult result =
+      run_core(args, tensor_spans, comm, device_of<M>(), options, call, &allocate_block<M>);
   std::vector<DistView<M>> outputs;
   outputs.reserve(result.blocks.size());
   for (std::size_t k = 0; k < result.blocks.size(); ++k) {
@@ -546,7 +562,7 @@ std::vector<DistView<M>> vmap_core(const std::vector<DistView<M>>& arrays, const
   return outputs;
 }
 
-#define KVMAP_INSTANTIATE_VMAP_CORE(Space)                                                      \
+#define KVMAP_INSTANTIATE_VMAP_CORE(Space)                                                    \
   template std::vector<DistView<Space>> vmap_core<Space>(const std::vector<DistView<Space>>&, \
                                                          const std::vector<at::Tensor>&,      \
                                                          const VmapOptions&, const ArgsCall&);

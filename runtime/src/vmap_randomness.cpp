@@ -44,14 +44,16 @@ at::Tensor sample(at::IntArrayRef shape, at::ScalarType dtype, SampleKind kind, 
   SampleContext* ctx = t_context;
   KVMAP_CHECK(ctx != nullptr, Error,
               "kvmap::" << what << ": called outside a function run by kvmap::vmap");
-  KVMAP_CHECK(dtype == at::kFloat || dtype == at::kDouble, TypeError,
-              "kvmap::" << what << ": dtype must be float32 or float64, got " << c10::toString(dtype));
+  KVMAP_CHECK(
+      dtype == at::kFloat || dtype == at::kDouble, TypeError,
+      "kvmap::" << what << ": dtype must be float32 or float64, got " << c10::toString(dtype));
   const std::int64_t call = ctx->calls++;
   std::vector<std::int64_t> full{ctx->batch};
   full.insert(full.end(), shape.begin(), shape.end());
   at::Tensor physical = at::empty(full, at::TensorOptions().dtype(at::kDouble));
   const std::int64_t per_sample = ctx->batch > 0 ? physical.numel() / ctx->batch : 0;
-  const std::uint64_t key = mix64(ctx->key ^ mix64(static_cast<std::uint64_t>(call) + 0x9E3779B97F4A7C15ull));
+  const std::uint64_t key =
+      mix64(ctx->key ^ mix64(static_cast<std::uint64_t>(call) + 0x9E3779B97F4A7C15ull));
   double* out = physical.data_ptr<double>();
   const std::int64_t offset = ctx->global_offset;
   at::parallel_for(0, ctx->batch, 1, [&](std::int64_t begin, std::int64_t end) {
@@ -64,7 +66,8 @@ at::Tensor sample(at::IntArrayRef shape, at::ScalarType dtype, SampleKind kind, 
       }
     }
   });
-  at::Tensor typed = physical.to(at::TensorOptions().dtype(dtype).device(torch_device(ctx->device)));
+  at::Tensor typed =
+      physical.to(at::TensorOptions().dtype(dtype).device(torch_device(ctx->device)));
   if (dtype == at::kFloat && kind == SampleKind::Uniform) {
     typed.clamp_max_(std::nextafter(1.0f, 0.0f));  // float rounding must not reach 1
   }
@@ -75,7 +78,9 @@ at::Tensor sample(at::IntArrayRef shape, at::ScalarType dtype, SampleKind kind, 
 SampleContextGuard::SampleContextGuard(SampleContext* context) : previous_(t_context) {
   t_context = context;
 }
-SampleContextGuard::~SampleContextGuard() { t_context = previous_; }
+SampleContextGuard::~SampleContextGuard() {
+  t_context = previous_;
+}
 
 GeneratorScope::GeneratorScope(Randomness mode, const Comm& comm, DeviceSpec device) : mode_(mode) {
   if (mode_ == Randomness::Error) return;

@@ -58,7 +58,8 @@ void check_layout(const kvmap::Layout& l) {
   for (std::int64_t i : {std::int64_t(0), g[s] / 2, g[s] - 1}) {
     if (i < 0 || i >= g[s]) continue;
     const int o = l.owner(i);
-    if (o < 0 || o >= l.nranks() || i < l.offset(o) || i >= l.offset(o) + l.count(o)) broken("owner");
+    if (o < 0 || o >= l.nranks() || i < l.offset(o) || i >= l.offset(o) + l.count(o))
+      broken("owner");
   }
 }
 
@@ -77,7 +78,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         const int nranks = static_cast<int>(in.byte() % 9) - 1;
         const bool split = in.byte() & 1;
         const std::int64_t axis = static_cast<std::int8_t>(in.byte());
-        check_layout(kvmap::Layout::balanced(shape, split ? std::optional<int>(static_cast<int>(axis)) : std::nullopt, nranks));
+        check_layout(kvmap::Layout::balanced(
+            shape, split ? std::optional<int>(static_cast<int>(axis)) : std::nullopt, nranks));
         break;
       }
       case 1: {  // layout from counts
@@ -87,7 +89,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         const int axis = static_cast<std::int8_t>(in.byte());
         const kvmap::Layout l = kvmap::Layout::from_counts(shape, axis, counts);
         check_layout(l);
-        if (!(l == kvmap::Layout::from_counts(l.gshape(), *l.split(), l.counts()))) broken("equality");
+        if (!(l == kvmap::Layout::from_counts(l.gshape(), *l.split(), l.counts())))
+          broken("equality");
         break;
       }
       case 2: {  // stride checks of the tensor bridge

@@ -27,9 +27,11 @@ int main(int argc, char** argv) {
     auto y = View::from_global(at::ones({n, 3}, at::kDouble), 0);
     for (const kvmap_test::EntryPoint& e : kvmap_test::entry_points(x, y, victim)) {
       if (site != e.name) continue;
-      if (world.rank() == victim) kvmap::Impl::arm_fault(site, victim, kvmap::Impl::FaultPhase::Execute);
+      if (world.rank() == victim)
+        kvmap::Impl::arm_fault(site, victim, kvmap::Impl::FaultPhase::Execute);
       e.call();
-      std::fprintf(stderr, "kvmap_fault_after: %s returned on rank %d although its execute phase failed\n",
+      std::fprintf(stderr,
+                   "kvmap_fault_after: %s returned on rank %d although its execute phase failed\n",
                    site.c_str(), world.rank());
       status = 3;
     }

@@ -24,7 +24,8 @@ int main(int argc, char** argv) {
     const auto start = std::chrono::steady_clock::now();
     // Bounded, so a lost signal cannot leave it running for ever.
     while (std::chrono::steady_clock::now() - start < std::chrono::seconds(120)) {
-      auto y = kvmap::vmap([](const at::Tensor& v) { return v.tanh().sum(); })(x.resplit(1).resplit(0));
+      auto y =
+          kvmap::vmap([](const at::Tensor& v) { return v.tanh().sum(); })(x.resplit(1).resplit(0));
       (void)y;
     }
   }

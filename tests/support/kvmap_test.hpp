@@ -21,9 +21,15 @@ namespace kvmap_test {
 
 using View = kvmap::DistView<TestMemSpace>;
 
-inline kvmap::Comm world() { return kvmap::Comm::world(); }
-inline int rank() { return world().rank(); }
-inline int nranks() { return world().size(); }
+inline kvmap::Comm world() {
+  return kvmap::Comm::world();
+}
+inline int rank() {
+  return world().rank();
+}
+inline int nranks() {
+  return world().size();
+}
 
 // Runs a collective `call` that must fail: ranks in `bad` expect exception E whose message
 // contains `text`, every other rank a RemoteError naming exactly `bad` with that text too.
@@ -69,12 +75,20 @@ inline void for_each_prefix_comm(const std::function<void(const kvmap::Comm&)>& 
 
 // The torch device of TestMemSpace. References are built on the host and moved there, so
 // the same tests run on every Kokkos backend.
-inline at::Device device() { return kvmap::Impl::torch_device(kvmap::Impl::device_of<TestMemSpace>()); }
-inline at::Tensor on_device(const at::Tensor& t) { return t.to(device()); }
-inline at::TensorOptions on_device(at::ScalarType type) { return at::TensorOptions().dtype(type).device(device()); }
+inline at::Device device() {
+  return kvmap::Impl::torch_device(kvmap::Impl::device_of<TestMemSpace>());
+}
+inline at::Tensor on_device(const at::Tensor& t) {
+  return t.to(device());
+}
+inline at::TensorOptions on_device(at::ScalarType type) {
+  return at::TensorOptions().dtype(type).device(device());
+}
 
 // Ranks 1 (or 0 when alone): the rank tests make misbehave.
-inline int odd_rank() { return nranks() > 1 ? 1 : 0; }
+inline int odd_rank() {
+  return nranks() > 1 ? 1 : 0;
+}
 
 // A deterministic full tensor whose values are exact in every dtype (integers in [0, 97)),
 // on the test device.

@@ -10,7 +10,9 @@
 // Under LeakSanitizer: keep every dlopen'ed plugin (Open MPI's MCA components) mapped, so
 // allocations they never free are attributed to their library and matched by
 // tests/sanitizers/lsan.supp instead of appearing as "<unknown module>".
-extern "C" int dlclose(void*) { return 0; }
+extern "C" int dlclose(void*) {
+  return 0;
+}
 #endif
 
 int main(int argc, char** argv) {

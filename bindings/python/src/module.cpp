@@ -38,7 +38,8 @@ kvmap::Comm to_comm(const py::object& comm) {
 std::optional<int> to_split(const py::object& split) {
   if (split.is_none()) return std::nullopt;
   if (!py::isinstance<py::int_>(split) || py::isinstance<py::bool_>(split)) {
-    throw py::type_error("kvmap: split must be an int or None, got " + std::string(py::str(py::type::of(split))));
+    throw py::type_error("kvmap: split must be an int or None, got " +
+                         std::string(py::str(py::type::of(split))));
   }
   return split.cast<int>();
 }
@@ -51,7 +52,8 @@ py::tuple to_tuple(const kvmap::Shape& s) {
 
 kvmap::Shape to_shape(const py::args& args) {
   kvmap::Shape shape;
-  if (args.size() == 1 && (py::isinstance<py::tuple>(args[0]) || py::isinstance<py::list>(args[0]))) {
+  if (args.size() == 1 &&
+      (py::isinstance<py::tuple>(args[0]) || py::isinstance<py::list>(args[0]))) {
     for (auto v : args[0]) shape.push_back(v.cast<std::int64_t>());
   } else {
     for (auto v : args) shape.push_back(v.cast<std::int64_t>());
@@ -120,13 +122,14 @@ kvmap::Randomness to_randomness(const std::string& r) {
   if (r == "error") return kvmap::Randomness::Error;
   if (r == "same") return kvmap::Randomness::Same;
   if (r == "different") return kvmap::Randomness::Different;
-  throw py::value_error("kvmap.vmap: randomness must be 'error', 'same' or 'different', got '" + r + "'");
+  throw py::value_error("kvmap.vmap: randomness must be 'error', 'same' or 'different', got '" + r +
+                        "'");
 }
 
 // The Python front-end of kvmap's one vmap core: it converts the arguments, f and f's
 // results; slot mapping, agreement, chunks and assembly are the core's.
-py::tuple run_vmap(const py::function& func, const kvmap::VmapOptions& options, const py::args& args,
-                   const py::kwargs& kwargs) {
+py::tuple run_vmap(const py::function& func, const kvmap::VmapOptions& options,
+                   const py::args& args, const py::kwargs& kwargs) {
   // Copies of the DistViews: their memory stays alive for the whole call, even when Python
   // code on another thread rebinds or rebalances the arguments while the GIL is released.
   std::vector<View> arrays;
@@ -134,7 +137,8 @@ py::tuple run_vmap(const py::function& func, const kvmap::VmapOptions& options, 
   for (std::size_t i = 0; i < args.size(); ++i) {
     if (!py::isinstance<PyDistView>(args[i])) {
       throw py::type_error("kvmap.vmap: positional argument " + std::to_string(i) +
-                           " must be a kvmap.DistView, got " + std::string(py::str(py::type::of(args[i]))) +
+                           " must be a kvmap.DistView, got " +
+                           std::string(py::str(py::type::of(args[i]))) +
                            " (pass other arguments as keywords)");
     }
     arrays.push_back(*args[i].cast<PyDistView&>().view);
@@ -160,8 +164,9 @@ py::tuple run_vmap(const py::function& func, const kvmap::VmapOptions& options, 
           outs.push_back(o.cast<at::Tensor>());
         }
       } else {
-        throw py::type_error("kvmap.vmap: the function must return a tensor or a tuple of tensors, got " +
-                             std::string(py::str(py::type::of(out))));
+        throw py::type_error(
+            "kvmap.vmap: the function must return a tensor or a tuple of tensors, got " +
+            std::string(py::str(py::type::of(out))));
       }
       return outs;
     } catch (py::error_already_set& e) {
@@ -189,7 +194,8 @@ py::tuple run_vmap(const py::function& func, const kvmap::VmapOptions& options, 
   }
   if (failure) rethrow_for_python(failure);
   py::tuple result(outputs.size());
-  for (std::size_t k = 0; k < outputs.size(); ++k) result[k] = py::cast(PyDistView(std::move(outputs[k])));
+  for (std::size_t k = 0; k < outputs.size(); ++k)
+    result[k] = py::cast(PyDistView(std::move(outputs[k])));
   return result;
 }
 
@@ -219,7 +225,8 @@ PYBIND11_MODULE(_kvmap, m) {
   });
 
   m.def("_initialize", [] {
-    if (!kvmap::Impl::mpi_initialized()) throw kvmap::Error("kvmap: MPI is not initialized (import mpi4py.MPI first)");
+    if (!kvmap::Impl::mpi_initialized())
+      throw kvmap::Error("kvmap: MPI is not initialized (import mpi4py.MPI first)");
     if (!Kokkos::is_initialized()) Kokkos::initialize();
   });
   m.def("_finalize", [] {
@@ -234,75 +241,94 @@ PYBIND11_MODULE(_kvmap, m) {
   m.def("build_info", [] { return std::string(kvmap::build_info()); });
 
   py::class_<PyDistView>(m, "DistView")
-      .def_property_readonly("larray", [](const PyDistView& d) { return d.view->local(); },
-                             "The local shard as a torch tensor sharing its memory")
-      .def_property_readonly("gshape", [](const PyDistView& d) { return to_tuple(d.view->gshape()); })
-      .def_property_readonly("shape", [](const PyDistView& d) { return to_tuple(d.view->gshape()); })
-      .def_property_readonly("lshape", [](const PyDistView& d) { return to_tuple(d.view->lshape()); })
-      .def_property_readonly("split", [](const PyDistView& d) -> py::object {
-        if (d.view->split()) return py::int_(*d.view->split());
-        return py::none();
-      })
+      .def_property_readonly(
+          "larray", [](const PyDistView& d) { return d.view->local(); },
+          "The local shard as a torch tensor sharing its memory")
+      .def_property_readonly("gshape",
+                             [](const PyDistView& d) { return to_tuple(d.view->gshape()); })
+      .def_property_readonly("shape",
+                             [](const PyDistView& d) { return to_tuple(d.view->gshape()); })
+      .def_property_readonly("lshape",
+                             [](const PyDistView& d) { return to_tuple(d.view->lshape()); })
+      .def_property_readonly("split",
+                             [](const PyDistView& d) -> py::object {
+                               if (d.view->split()) return py::int_(*d.view->split());
+                               return py::none();
+                             })
       .def_property_readonly("ndim", [](const PyDistView& d) { return d.view->ndim(); })
-      .def_property_readonly("dtype", [](const PyDistView& d) {
-        return py::reinterpret_borrow<py::object>(
-            reinterpret_cast<PyObject*>(torch::getTHPDtype(kvmap::to_torch(d.view->dtype()))));
-      })
-      .def_property_readonly("lshape_map", [](const PyDistView& d) {
-        const auto map = d.view->lshape_map();
-        at::Tensor t = at::empty({static_cast<std::int64_t>(map.size()), d.view->ndim()}, at::kLong);
-        for (std::size_t r = 0; r < map.size(); ++r) {
-          for (int k = 0; k < d.view->ndim(); ++k) t[r][k] = map[r][k];
-        }
-        return t;
-      })
+      .def_property_readonly(
+          "dtype",
+          [](const PyDistView& d) {
+            return py::reinterpret_borrow<py::object>(
+                reinterpret_cast<PyObject*>(torch::getTHPDtype(kvmap::to_torch(d.view->dtype()))));
+          })
+      .def_property_readonly(
+          "lshape_map",
+          [](const PyDistView& d) {
+            const auto map = d.view->lshape_map();
+            at::Tensor t =
+                at::empty({static_cast<std::int64_t>(map.size()), d.view->ndim()}, at::kLong);
+            for (std::size_t r = 0; r < map.size(); ++r) {
+              for (int k = 0; k < d.view->ndim(); ++k) t[r][k] = map[r][k];
+            }
+            return t;
+          })
       .def_property_readonly("comm_size", [](const PyDistView& d) { return d.view->comm().size(); })
       .def_property_readonly("comm_rank", [](const PyDistView& d) { return d.view->comm().rank(); })
       .def("is_balanced", [](const PyDistView& d) { return d.view->is_balanced(); })
       // The source is copied and the result assigned with the GIL held: another Python
       // thread never sees the DistView half replaced. Both return the array itself, as
       // Heat's in-place methods do (`x.resplit_(None).larray`).
-      .def("balance_", [](py::object self) {
-        PyDistView& d = self.cast<PyDistView&>();
-        const View source = *d.view;
-        std::optional<View> result;
-        {
-          py::gil_scoped_release release;
-          result.emplace(source.balance());
-        }
-        *d.view = std::move(*result);
-        return self;
-      })
-      .def("resplit_", [](py::object self, const py::object& axis) {
-        PyDistView& d = self.cast<PyDistView&>();
-        const auto split = to_split(axis);
-        const View source = *d.view;
-        std::optional<View> result;
-        {
-          py::gil_scoped_release release;
-          result.emplace(source.resplit(split));
-        }
-        *d.view = std::move(*result);
-        return self;
-      })
-      .def("gather", [](const PyDistView& d, int root) -> py::object {
-        at::Tensor t;
-        {
-          py::gil_scoped_release release;
-          t = d.view->gather(root);
-        }
-        if (!t.defined()) return py::none();
-        return py::cast(t);
-      }, py::arg("root") = 0)
-      .def("allgather", [](const PyDistView& d) {
-        py::gil_scoped_release release;
-        return d.view->allgather();
-      })
-      .def("_local_address", [](const PyDistView& d) { return reinterpret_cast<std::uintptr_t>(d.view->local_data()); })
+      .def("balance_",
+           [](py::object self) {
+             PyDistView& d = self.cast<PyDistView&>();
+             const View source = *d.view;
+             std::optional<View> result;
+             {
+               py::gil_scoped_release release;
+               result.emplace(source.balance());
+             }
+             *d.view = std::move(*result);
+             return self;
+           })
+      .def("resplit_",
+           [](py::object self, const py::object& axis) {
+             PyDistView& d = self.cast<PyDistView&>();
+             const auto split = to_split(axis);
+             const View source = *d.view;
+             std::optional<View> result;
+             {
+               py::gil_scoped_release release;
+               result.emplace(source.resplit(split));
+             }
+             *d.view = std::move(*result);
+             return self;
+           })
+      .def(
+          "gather",
+          [](const PyDistView& d, int root) -> py::object {
+            at::Tensor t;
+            {
+              py::gil_scoped_release release;
+              t = d.view->gather(root);
+            }
+            if (!t.defined()) return py::none();
+            return py::cast(t);
+          },
+          py::arg("root") = 0)
+      .def("allgather",
+           [](const PyDistView& d) {
+             py::gil_scoped_release release;
+             return d.view->allgather();
+           })
+      .def("_local_address",
+           [](const PyDistView& d) {
+             return reinterpret_cast<std::uintptr_t>(d.view->local_data());
+           })
       .def("__repr__", [](const PyDistView& d) {
         return "kvmap.DistView(gshape=" + kvmap::to_string(d.view->gshape()) + ", split=" +
-               (d.view->split() ? std::to_string(*d.view->split()) : std::string("None")) + ", dtype=" +
-               kvmap::name(d.view->dtype()) + ", " + d.view->layout().str() + ")";
+               (d.view->split() ? std::to_string(*d.view->split()) : std::string("None")) +
+               ", dtype=" + kvmap::name(d.view->dtype()) + ", " + d.view->layout().str() + ")";
       });
 
   m.def("_from_global", [](const at::Tensor& t, const py::object& split, const py::object& comm) {
@@ -317,15 +343,16 @@ PYBIND11_MODULE(_kvmap, m) {
     py::gil_scoped_release release;
     return PyDistView(View::from_local(t, s, c));
   });
-  m.def("_full", [](const kvmap::Shape& shape, double value, const py::object& dtype, const py::object& split,
-                    const py::object& comm) {
+  m.def("_full", [](const kvmap::Shape& shape, double value, const py::object& dtype,
+                    const py::object& split, const py::object& comm) {
     auto s = to_split(split);
     auto c = to_comm(comm);
     auto dt = dtype_of(dtype, kvmap::DType::Float32);
     py::gil_scoped_release release;
     return PyDistView(View::full(shape, value, dt, s, c));
   });
-  m.def("_arange", [](std::int64_t n, const py::object& dtype, const py::object& split, const py::object& comm) {
+  m.def("_arange", [](std::int64_t n, const py::object& dtype, const py::object& split,
+                      const py::object& comm) {
     auto s = to_split(split);
     auto c = to_comm(comm);
     auto dt = dtype_of(dtype, kvmap::DType::Int64);
@@ -340,8 +367,9 @@ PYBIND11_MODULE(_kvmap, m) {
     std::optional<std::uint64_t> sd;
     if (!seed.is_none()) sd = seed.cast<std::uint64_t>();
     py::gil_scoped_release release;
-    return PyDistView(kind == "normal" ? kvmap::random::normal<Kokkos::HostSpace>(shape, dt, s, c, sd)
-                                       : kvmap::random::uniform<Kokkos::HostSpace>(shape, dt, s, c, sd));
+    return PyDistView(kind == "normal"
+                          ? kvmap::random::normal<Kokkos::HostSpace>(shape, dt, s, c, sd)
+                          : kvmap::random::uniform<Kokkos::HostSpace>(shape, dt, s, c, sd));
   });
   m.def("_manual_seed", [](std::uint64_t seed, const py::object& comm) {
     auto c = to_comm(comm);
@@ -357,8 +385,8 @@ PYBIND11_MODULE(_kvmap, m) {
     return kvmap::linalg::nrm2(*x.view);
   });
   m.def("_vmap_call", [](const py::function& func, const std::vector<std::int64_t>& out_dims,
-                         const std::string& randomness, const py::object& chunk_size, const py::args& args,
-                         const py::kwargs& kwargs) {
+                         const std::string& randomness, const py::object& chunk_size,
+                         const py::args& args, const py::kwargs& kwargs) {
     kvmap::VmapOptions options;
     options.out_dims(out_dims).randomness(to_randomness(randomness));
     if (!chunk_size.is_none()) options.chunk_size(chunk_size.cast<std::int64_t>());

@@ -97,7 +97,8 @@ class Comm {
   // collective on success.
   template <class T>
   std::vector<T> agree_gather(std::exception_ptr local_error, const T& payload) const {
-    static_assert(std::is_trivially_copyable_v<T>, "Comm::agree_gather needs a trivially copyable T");
+    static_assert(std::is_trivially_copyable_v<T>,
+                  "Comm::agree_gather needs a trivially copyable T");
     std::vector<unsigned char> all = agree_gather_bytes(local_error, &payload, sizeof(T));
     std::vector<T> out(static_cast<std::size_t>(size_));
     if (!all.empty()) std::memcpy(out.data(), all.data(), all.size());
@@ -121,8 +122,8 @@ class Comm {
  private:
   explicit Comm(std::shared_ptr<Handle> handle);
   static std::shared_ptr<Handle> handle_for(MPI_Comm user);
-  std::vector<unsigned char> agree_gather_bytes(std::exception_ptr local_error,
-                                                const void* payload, std::size_t nbytes) const;
+  std::vector<unsigned char> agree_gather_bytes(std::exception_ptr local_error, const void* payload,
+                                                std::size_t nbytes) const;
   [[noreturn]] void throw_remote(const std::vector<int>& failed, const std::string& first) const;
 
   std::shared_ptr<Handle> handle_;

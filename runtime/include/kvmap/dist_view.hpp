@@ -113,8 +113,8 @@ class DistView {
   // Typed, checked, unmanaged Kokkos view of the local shard: TypeError on a dtype, rank,
   // static extent or layout mismatch (LayoutRight/Left need matching contiguous strides).
   template <class DataType, class KLayout = Kokkos::LayoutStride>
-  Kokkos::View<DataType, KLayout, MemorySpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>
-  local_view() const {
+  Kokkos::View<DataType, KLayout, MemorySpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> local_view()
+      const {
     using V = Kokkos::View<DataType, KLayout, MemorySpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
     using T = std::remove_cv_t<typename V::value_type>;
     constexpr int rank = static_cast<int>(V::rank);
@@ -136,16 +136,19 @@ class DistView {
   }
 
   // ---- redistribution (collective) ---------------------------------------------------
-  at::Tensor gather(int root = 0) const;             // full array on root, undefined elsewhere
-  at::Tensor allgather() const;                      // full array on every rank
-  DistView resplit(std::optional<int> split) const;  // balanced along another axis / replicated
-  DistView balance() const;                          // same split, balanced counts
-  DistView redistribute(const Layout& target) const; // any layout of the same global shape
+  at::Tensor gather(int root = 0) const;              // full array on root, undefined elsewhere
+  at::Tensor allgather() const;                       // full array on every rank
+  DistView resplit(std::optional<int> split) const;   // balanced along another axis / replicated
+  DistView balance() const;                           // same split, balanced counts
+  DistView redistribute(const Layout& target) const;  // any layout of the same global shape
 
  private:
   friend struct Impl::DistViewAccess;
   DistView(Layout layout, DType dtype, Comm comm, Impl::LocalBlock block)
-      : layout_(std::move(layout)), dtype_(dtype), comm_(std::move(comm)), block_(std::move(block)) {}
+      : layout_(std::move(layout)),
+        dtype_(dtype),
+        comm_(std::move(comm)),
+        block_(std::move(block)) {}
   // from_local's collective: `source` (run in the plan) gives this rank's block and dtype.
   using LocalSource = std::function<Impl::LocalBlock(DType&)>;
   static DistView from_local_source(const LocalSource& source, std::optional<int> split, Comm comm);

@@ -45,11 +45,11 @@ namespace Impl {
 
 // KVMAP_CHECK(cond, kvmap::ValueError, "split " << s << " out of range"): throws the given
 // exception type with a streamed message when cond is false.
-#define KVMAP_CHECK(cond, ExceptionType, message)   \
-  do {                                              \
-    if (!(cond)) {                                  \
-      std::ostringstream kvmap_check_stream_;       \
-      kvmap_check_stream_ << message;               \
+#define KVMAP_CHECK(cond, ExceptionType, message)     \
+  do {                                                \
+    if (!(cond)) {                                    \
+      std::ostringstream kvmap_check_stream_;         \
+      kvmap_check_stream_ << message;                 \
       throw ExceptionType(kvmap_check_stream_.str()); \
-    }                                               \
+    }                                                 \
   } while (false)

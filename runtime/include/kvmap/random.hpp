@@ -50,8 +50,10 @@ KOKKOS_INLINE_FUNCTION Philox4x32 philox4x32(std::uint64_t counter_lo, std::uint
   for (int round = 0; round < 10; ++round) {
     const std::uint64_t p0 = static_cast<std::uint64_t>(0xD2511F53u) * c0;
     const std::uint64_t p1 = static_cast<std::uint64_t>(0xCD9E8D57u) * c2;
-    const std::uint32_t hi0 = static_cast<std::uint32_t>(p0 >> 32), lo0 = static_cast<std::uint32_t>(p0);
-    const std::uint32_t hi1 = static_cast<std::uint32_t>(p1 >> 32), lo1 = static_cast<std::uint32_t>(p1);
+    const std::uint32_t hi0 = static_cast<std::uint32_t>(p0 >> 32),
+                        lo0 = static_cast<std::uint32_t>(p0);
+    const std::uint32_t hi1 = static_cast<std::uint32_t>(p1 >> 32),
+                        lo1 = static_cast<std::uint32_t>(p1);
     c0 = hi1 ^ c1 ^ k0;
     c1 = lo1;
     c2 = hi0 ^ c3 ^ k1;

@@ -65,12 +65,13 @@ using ArgsCall = std::function<std::vector<at::Tensor>(const std::vector<at::Ten
 // the caller does meanwhile); `tensors`: the tensor arguments passed whole, which outputs
 // must not share either. Returns one DistView per output of the function.
 template <class M>
-std::vector<DistView<M>> vmap_core(const std::vector<DistView<M>>& arrays, const std::vector<at::Tensor>& tensors,
+std::vector<DistView<M>> vmap_core(const std::vector<DistView<M>>& arrays,
+                                   const std::vector<at::Tensor>& tensors,
                                    const VmapOptions& options, const ArgsCall& call);
-#define KVMAP_EXTERN_VMAP_CORE(Space)                                                                 \
-  extern template std::vector<DistView<Space>> vmap_core<Space>(const std::vector<DistView<Space>>&, \
-                                                                const std::vector<at::Tensor>&,      \
-                                                                const VmapOptions&, const ArgsCall&);
+#define KVMAP_EXTERN_VMAP_CORE(Space)                                                          \
+  extern template std::vector<DistView<Space>> vmap_core<Space>(                               \
+      const std::vector<DistView<Space>>&, const std::vector<at::Tensor>&, const VmapOptions&, \
+      const ArgsCall&);
 KVMAP_FOR_EACH_MEMORY_SPACE(KVMAP_EXTERN_VMAP_CORE)
 #undef KVMAP_EXTERN_VMAP_CORE
 
@@ -153,7 +154,7 @@ class Vmapped {
   auto operator()(Args&&... args) const {
     using M = typename Impl::first_memory_space<std::decay_t<Args>...>::type;
     static_assert(((!Impl::is_dist_view<std::decay_t<Args>>::value ||
-                    std::is_same_v<std::decay_t<Args>, DistView<M>>) && ...),
+                    std::is_same_v<std::decay_t<Args>, DistView<M>>)&&...),
                   "kvmap::vmap: every DistView argument must live in the same memory space");
     using R = std::decay_t<std::invoke_result_t<const F&, Impl::bound_t<Args>...>>;
     using Traits = Impl::output_traits<R>;
@@ -201,7 +202,8 @@ class Vmapped {
                                     const std::vector<at::Tensor>& batched,
                                     std::index_sequence<I...>) const {
     using R = std::decay_t<decltype(std::invoke(f_, bind(std::get<I>(args), slot[I], batched)...))>;
-    return Impl::output_traits<R>::to_list(std::invoke(f_, bind(std::get<I>(args), slot[I], batched)...));
+    return Impl::output_traits<R>::to_list(
+        std::invoke(f_, bind(std::get<I>(args), slot[I], batched)...));
   }
 
   F f_;

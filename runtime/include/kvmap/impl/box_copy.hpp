@@ -31,7 +31,8 @@ void box_copy_typed(const ExecSpace& exec, const void* src_v, void* dst_v, const
     const std::int64_t rows = g.numel() / (inner > 0 ? inner : 1);
     if (inner == 0) return;
     Kokkos::parallel_for(
-        "kvmap::box_copy", Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, rows),
+        "kvmap::box_copy",
+        Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, rows),
         KOKKOS_LAMBDA(const std::int64_t row) {
           std::int64_t rest = row, so = 0, dof = 0;
           for (int d = last - 1; d >= 0; --d) {
@@ -72,7 +73,8 @@ void box_copy(const ExecSpace& exec, const void* src, void* dst, const BoxGeomet
     case 4: box_copy_typed<ExecSpace, std::uint32_t>(exec, src, dst, g); break;
     case 8: box_copy_typed<ExecSpace, std::uint64_t>(exec, src, dst, g); break;
     case 16: box_copy_typed<ExecSpace, Word16>(exec, src, dst, g); break;
-    default: throw_value_error("kvmap: box copy of unsupported element size " + std::to_string(itemsize));
+    default:
+      throw_value_error("kvmap: box copy of unsupported element size " + std::to_string(itemsize));
   }
 }
 

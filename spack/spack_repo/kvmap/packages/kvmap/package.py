@@ -1,26 +1,36 @@
 # kvmap's spack recipe (spack 1.x package repository layout).
 #   spack repo add <kvmap checkout>/spack/spack_repo/kvmap
-#   spack install kvmap            # or kvmap ^kokkos+cuda ^py-torch+cuda, ...
+#   spack install kvmap                        # CPU
+#   spack install kvmap+cuda cuda_arch=90      # a CUDA Kokkos and a CUDA PyTorch for sm_90
 import os
 
 from spack_repo.builtin.build_systems.cmake import CMakePackage
+from spack_repo.builtin.build_systems.cuda import CudaPackage
+from spack_repo.builtin.build_systems.rocm import ROCmPackage
 
 from spack.package import *
 
 
-class Kvmap(CMakePackage):
+class Kvmap(CMakePackage, CudaPackage, ROCmPackage):
     """Per-sample torch functions vectorized (functorch vmap) over Kokkos arrays sharded
     across MPI ranks: distributed views, zero-copy tensors, chunked by Kokkos policies."""
 
     homepage = "https://github.com/kvmap/kvmap"
     git = "https://github.com/kvmap/kvmap.git"
 
+    maintainers("kvmap")
+    license("BSD-3-Clause", checked_by="kvmap")
+
     version("main", branch="main")
-    version("0.1.0", tag="v0.1.0")
+    version("0.1.0", commit="e3c0213fd54bd5e12fef87db78e8580cd300de3e")
 
     variant("python", default=True, description="Build the Python bindings (import kvmap)")
     variant("perf", default=True, description="Build and install the perf harness kvmap-perf")
     variant("shared", default=True, description="Build libkvmap as a shared library")
+    variant("gpu_aware_mpi", default=False, when="+cuda",
+            description="MPI reads device memory (a CUDA-aware MPI); otherwise staged through host")
+    variant("gpu_aware_mpi", default=False, when="+rocm",
+            description="MPI reads device memory (a ROCm-aware MPI); otherwise staged through host")
 
     depends_on("cxx", type="build")
     depends_on("cmake@3.20:", type="build")
@@ -30,20 +40,49 @@ class Kvmap(CMakePackage):
     depends_on("kokkos-kernels")
     requires("^kokkos-kernels@4:", when="^kokkos@4:", msg="Kokkos 4 needs Kokkos Kernels 4")
     requires("^kokkos-kernels@:3", when="^kokkos@:3", msg="Kokkos 3 needs Kokkos Kernels 3")
-    # LibTorch comes from PyTorch (its CMake package lives under torch/share/cmake).
-    depends_on("py-torch")
+    # LibTorch comes from PyTorch (its CMake package lives under torch/share/cmake);
+    # ATen/functorch, which kvmap drives, exists from PyTorch 1.13.
+    depends_on("py-torch@1.13:")
     depends_on("mpi")
     depends_on("doctest", type="test")
 
-    # The device backend is not a variant of its own: it follows the Kokkos kvmap links.
-    requires("^py-torch+cuda", when="^kokkos+cuda", msg="a CUDA Kokkos needs a CUDA PyTorch")
-    requires("^py-torch+rocm", when="^kokkos+rocm", msg="a ROCm Kokkos needs a ROCm PyTorch")
+    # GPU backends: Kokkos and PyTorch built for the same GPU. A DistView's device memory
+    # becomes a torch tensor on that device, and code that includes Kokkos' headers is
+    # compiled by Kokkos' compiler (nvcc_wrapper under GCC, hipcc for ROCm).
+    conflicts("+cuda", when="cuda_arch=none", msg="kvmap+cuda needs cuda_arch=<your GPU's>")
+    conflicts("+rocm", when="amdgpu_target=none", msg="kvmap+rocm needs amdgpu_target=<gfx...>")
+    conflicts("+cuda", when="+rocm", msg="one GPU backend at a time")
+    for arch in CudaPackage.cuda_arch_values:
+        depends_on(f"kokkos+cuda+cuda_lambda cuda_arch={arch}", when=f"+cuda cuda_arch={arch}")
+        depends_on(f"py-torch+cuda cuda_arch={arch}", when=f"+cuda cuda_arch={arch}")
+    for target in ROCmPackage.amdgpu_targets:
+        depends_on(f"kokkos+rocm amdgpu_target={target}", when=f"+rocm amdgpu_target={target}")
+        depends_on(f"py-torch+rocm amdgpu_target={target}", when=f"+rocm amdgpu_target={target}")
+    depends_on("kokkos+wrapper", when="+cuda %gcc")
+    depends_on("kokkos~cuda", when="~cuda")
+    depends_on("kokkos~rocm", when="~rocm")
+    depends_on("hip", when="+rocm")
     conflicts("^kokkos+sycl", msg="kvmap maps no SYCL memory space to a torch device")
 
     extends("python", when="+python")
     depends_on("python@3.8:", when="+python", type=("build", "link", "run"))
     depends_on("py-pybind11", when="+python", type=("build", "link"))
     depends_on("py-mpi4py", when="+python", type=("build", "run"))
+    # `import kvmap` imports torch.
+    depends_on("py-torch", when="+python", type=("build", "link", "run"))
+
+    # The smoke test compiles the installed example.
+    test_requires_compiler = True
+
+    def _kokkos_compiler(self):
+        """Kokkos' compiler for code that includes Kokkos headers, or None for the default."""
+        if self.spec.satisfies("+rocm"):
+            return self.spec["hip"].hipcc
+        # nvcc_wrapper comes from spack's kokkos-nvcc-wrapper; an external Kokkos has none.
+        kokkos = self.spec["kokkos"]
+        if self.spec.satisfies("+cuda") and kokkos.satisfies("+wrapper") and not kokkos.external:
+            return self["kokkos"].kokkos_cxx
+        return None
 
     def cmake_args(self):
         spec = self.spec
@@ -54,33 +93,40 @@ class Kvmap(CMakePackage):
             self.define_from_variant("BUILD_SHARED_LIBS", "shared"),
             self.define("KVMAP_ENABLE_TESTS", self.run_tests),
             self.define("KVMAP_ENABLE_EXAMPLES", False),
+            # spack's compiler wrappers are the launcher; no ccache around them.
+            self.define("KVMAP_ENABLE_CCACHE", False),
             self.define("Kokkos_ROOT", spec["kokkos"].prefix),
             self.define("KokkosKernels_ROOT", spec["kokkos-kernels"].prefix),
             self.define("Torch_DIR", join_path(torch_cmake, "Torch")),
         ]
+        if spec.satisfies("+cuda") or spec.satisfies("+rocm"):
+            args.append(self.define_from_variant("KVMAP_ENABLE_GPU_AWARE_MPI", "gpu_aware_mpi"))
+        compiler = self._kokkos_compiler()
+        if compiler:
+            args.append(self.define("CMAKE_CXX_COMPILER", compiler))
         if spec.satisfies("+python"):
             args.append(self.define("Python_EXECUTABLE", spec["python"].command.path))
-            args.append(self.define("KVMAP_PYTHON_INSTALL_DIR", self._python_install_dir()))
+            # spack's convention for extensions: lib/pythonX.Y/site-packages of this prefix.
+            args.append(self.define("KVMAP_PYTHON_INSTALL_DIR", os.path.relpath(python_platlib, self.prefix)))
         return args
-
-    def _python_install_dir(self):
-        # site-packages relative to the prefix, as python lays it out (lib/pythonX.Y/site-packages).
-        platlib = str(self.spec["python"].package.platlib)
-        python_prefix = str(self.spec["python"].prefix)
-        if os.path.isabs(platlib) and platlib.startswith(python_prefix):
-            platlib = os.path.relpath(platlib, python_prefix)
-        return platlib
 
     def test_particles(self):
         """build the installed particles example against this kvmap and run it on 2 ranks"""
         example = join_path(self.prefix.share.kvmap.examples, "particles")
         cmake = which(self.spec["cmake"].prefix.bin.cmake)
         mpiexec = which(join_path(self.spec["mpi"].prefix.bin, "mpiexec"))
+        compiler = self._kokkos_compiler() or self.spec["cxx"].package.cxx
         with working_dir("particles-build", create=True):
-            cmake(example, self.define("CMAKE_PREFIX_PATH", self.prefix))
+            cmake(example, self.define("CMAKE_PREFIX_PATH", self.prefix),
+                  self.define("CMAKE_CXX_COMPILER", compiler))
             cmake("--build", ".")
-            # Open MPI refuses more ranks than a small test node has cores unless told.
-            flags = ["--oversubscribe"] if self.spec.satisfies("^openmpi") else []
+            flags = []
+            if self.spec.satisfies("^openmpi"):
+                # More ranks than a small test node has cores; and Open MPI refuses root (spack's
+                # test environment keeps none of the OMPI_ALLOW_RUN_AS_ROOT variables).
+                flags.append("--oversubscribe")
+                if os.geteuid() == 0:
+                    flags.append("--allow-run-as-root")
             out = mpiexec("-np", "2", *flags, "./particles", output=str.split, error=str.split)
             assert "bytes copied = 0" in out, out
             assert "total energy = " in out, out

@@ -1,4 +1,5 @@
-"""Stub of spack's CMakePackage: define/define_from_variant record what they were given."""
+"""Stub of spack's CMakePackage: define/define_from_variant record what they were given;
+self[name] is a dependency's package, as in spack 1.x."""
 
 
 from spack.package import Prefix
@@ -10,6 +11,10 @@ class CMakePackage:
         self.run_tests = run_tests
         self.prefix = Prefix(prefix)
         self.defined = []  # (name, value, how)
+
+    def __getitem__(self, name):
+        """self["kokkos"]: the package object of a dependency (spack 1.x)."""
+        return self.spec[name].package
 
     def define(self, name, value):
         self.defined.append((name, value, "define"))
