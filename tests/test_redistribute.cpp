@@ -209,7 +209,6 @@ TEST_CASE(
 }
 
 TEST_CASE("random arrays do not depend on the number of ranks") {
-  const int me = rank(), P = nranks();
   for (DType dt : {DType::Float32, DType::Float64}) {
     INFO("dtype " << kvmap::name(dt));
     const at::Tensor u =

@@ -465,7 +465,6 @@ TEST_CASE("randomness modes") {
 }
 
 TEST_CASE("sample_uniform / sample_normal do not depend on ranks or chunk sizes") {
-  const int P = nranks(), me = rank();
   const int64_t n = 11;
   auto f = [](const at::Tensor& v) {
     return std::make_tuple(v + kvmap::sample_uniform({3}),
@@ -496,7 +495,6 @@ TEST_CASE("sample_uniform / sample_normal do not depend on ranks or chunk sizes"
   });
   CHECK_THROWS_WITH_AS(kvmap::sample_uniform({2}),
                        doctest::Contains("outside a function run by kvmap::vmap"), kvmap::Error);
-  (void)me;
 }
 
 TEST_CASE("per-sample streams are counted per communicator") {

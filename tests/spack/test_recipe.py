@@ -67,6 +67,7 @@ def test_versions_variants_dependencies(recipe):
     # import kvmap imports torch: a run dependency of +python.
     assert any(kw.get("when") == "+python" and "run" in kw.get("type", ()) for kw in deps["py-torch"])
     assert names(d, "extends") == [(("python",), {"when": "+python"})]
+    req = {(a[0], kw.get("when")) for a, kw in names(d, "requires")}
     # Kokkos and PyTorch for the same GPU as kvmap, for every architecture spack knows.
     from spack_repo.builtin.build_systems.cuda import CudaPackage
     from spack_repo.builtin.build_systems.rocm import ROCmPackage
@@ -74,17 +75,19 @@ def test_versions_variants_dependencies(recipe):
         when = "+cuda cuda_arch=%s" % arch
         assert deps["kokkos+cuda+cuda_lambda cuda_arch=%s" % arch] == [{"when": when}]
         assert deps["py-torch+cuda cuda_arch=%s" % arch] == [{"when": when}]
+        # ... and the other way round, so that `kvmap ^kokkos+cuda cuda_arch=90` concretizes.
+        assert ("cuda_arch=%s" % arch, "+cuda ^kokkos+cuda cuda_arch=%s" % arch) in req
     for target in ROCmPackage.amdgpu_targets:
         when = "+rocm amdgpu_target=%s" % target
         assert deps["kokkos+rocm amdgpu_target=%s" % target] == [{"when": when}]
         assert deps["py-torch+rocm amdgpu_target=%s" % target] == [{"when": when}]
+        assert ("amdgpu_target=%s" % target, "+rocm ^kokkos+rocm amdgpu_target=%s" % target) in req
     assert deps["kokkos+wrapper"] == [{"when": "+cuda %gcc"}], "a CUDA Kokkos under GCC compiles with nvcc_wrapper"
     assert deps["kokkos~cuda"] == [{"when": "~cuda"}] and deps["kokkos~rocm"] == [{"when": "~rocm"}]
     conflicts = {(a[0], kw.get("when")) for a, kw in names(d, "conflicts")}
     assert ("+cuda", "cuda_arch=none") in conflicts
     assert ("+rocm", "amdgpu_target=none") in conflicts
     assert ("+cuda", "+rocm") in conflicts
-    req = {(a[0], kw.get("when")) for a, kw in names(d, "requires")}
     assert ("^kokkos-kernels@4:", "^kokkos@4:") in req
 
 

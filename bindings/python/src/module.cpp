@@ -50,17 +50,6 @@ py::tuple to_tuple(const kvmap::Shape& s) {
   return t;
 }
 
-kvmap::Shape to_shape(const py::args& args) {
-  kvmap::Shape shape;
-  if (args.size() == 1 &&
-      (py::isinstance<py::tuple>(args[0]) || py::isinstance<py::list>(args[0]))) {
-    for (auto v : args[0]) shape.push_back(v.cast<std::int64_t>());
-  } else {
-    for (auto v : args) shape.push_back(v.cast<std::int64_t>());
-  }
-  return shape;
-}
-
 kvmap::DType dtype_of(const py::object& dtype, kvmap::DType fallback) {
   if (dtype.is_none()) return fallback;
   return kvmap::from_torch(torch::python::detail::py_object_to_dtype(dtype));

@@ -52,12 +52,15 @@ class Kvmap(CMakePackage, CudaPackage, ROCmPackage):
     conflicts("+cuda", when="cuda_arch=none", msg="kvmap+cuda needs cuda_arch=<your GPU's>")
     conflicts("+rocm", when="amdgpu_target=none", msg="kvmap+rocm needs amdgpu_target=<gfx...>")
     conflicts("+cuda", when="+rocm", msg="one GPU backend at a time")
+    # Either side names the GPU: kvmap+cuda cuda_arch=90, or kvmap ^kokkos+cuda cuda_arch=90.
     for arch in CudaPackage.cuda_arch_values:
         depends_on(f"kokkos+cuda+cuda_lambda cuda_arch={arch}", when=f"+cuda cuda_arch={arch}")
         depends_on(f"py-torch+cuda cuda_arch={arch}", when=f"+cuda cuda_arch={arch}")
+        requires(f"cuda_arch={arch}", when=f"+cuda ^kokkos+cuda cuda_arch={arch}")
     for target in ROCmPackage.amdgpu_targets:
         depends_on(f"kokkos+rocm amdgpu_target={target}", when=f"+rocm amdgpu_target={target}")
         depends_on(f"py-torch+rocm amdgpu_target={target}", when=f"+rocm amdgpu_target={target}")
+        requires(f"amdgpu_target={target}", when=f"+rocm ^kokkos+rocm amdgpu_target={target}")
     depends_on("kokkos+wrapper", when="+cuda %gcc")
     depends_on("kokkos~cuda", when="~cuda")
     depends_on("kokkos~rocm", when="~rocm")
