@@ -57,6 +57,7 @@ std::vector<Timing> measure_interleaved(const kvmap::Comm& comm, const Settings&
     }
   }
   std::vector<Timing> out;
+  out.reserve(samples.size());
   for (auto& v : samples) out.push_back(summarize(std::move(v)));
   return out;
 }

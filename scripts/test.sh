@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what is missing, builds, and runs ctest.
 #   scripts/test.sh                  # Kokkos 3.4.01 OpenMP+Serial from Debian's source package
-#   scripts/test.sh --debian-kokkos  # Debian's binary libtrilinos-kokkos-dev, tests at 2 ranks
+#   scripts/test.sh --debian-kokkos  # Debian's binary libtrilinos-kokkos-dev, tests at 2 ranks + install
 #   scripts/test.sh --asan           # C++ tests under ASan + UBSan at 1 and 3 ranks
 #   scripts/test.sh --fuzz           # the libFuzzer target (clang), 60 s from the seed corpus
 #   scripts/test.sh --torch2         # LibTorch 2.x from PyPI's torch wheel (C++20), all tests

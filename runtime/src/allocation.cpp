@@ -41,6 +41,7 @@ void advise_huge_pages(void* data, std::size_t bytes) {
     if (bytes < kCachedMinimum) return;
     const auto begin = (reinterpret_cast<std::uintptr_t>(data) + kHugePage - 1) & ~(kHugePage - 1);
     const auto end = (reinterpret_cast<std::uintptr_t>(data) + bytes) & ~(kHugePage - 1);
+    // NOLINTNEXTLINE(performance-no-int-to-ptr): an address rounded to a huge page
     if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
   }
 #else

@@ -51,6 +51,7 @@ void check_signatures(const Comm& comm, const char* site, const std::string& sig
   // Failure path only: every rank learns what the others passed.
   const std::vector<std::string> all = comm.allgather_strings(signature);
   std::vector<std::string> messages;
+  messages.reserve(differing.size());
   for (int r : differing) {
     messages.push_back(std::string("kvmap: ") + site +
                        " is collective and needs the same arguments on every "
@@ -60,7 +61,7 @@ void check_signatures(const Comm& comm, const char* site, const std::string& sig
   comm.raise_detected<ValueError>(differing, messages);
 }
 
-void abort_after_agreement(const Comm& comm, const char* site, std::exception_ptr error) {
+void abort_after_agreement(const Comm& comm, const char* site, const std::exception_ptr& error) {
   comm.abort(
       std::string("kvmap: ") + site + " failed on rank " + std::to_string(comm.rank()) +
       " after every rank had agreed to run it: " + message_of(error) +

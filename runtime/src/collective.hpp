@@ -61,7 +61,7 @@ struct NoPayload {
 
 // Writes the message to stderr and aborts every process of `comm`'s job.
 [[noreturn]] void abort_after_agreement(const Comm& comm, const char* site,
-                                        std::exception_ptr error);
+                                        const std::exception_ptr& error);
 
 // Ranks whose signature hash differs from rank 0's throw ValueError naming both calls, the
 // others RemoteError (every rank has the same hashes, so all throw or none does).

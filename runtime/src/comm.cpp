@@ -129,9 +129,10 @@ std::shared_ptr<Comm::Handle> Comm::handle_for(MPI_Comm user) {
   std::lock_guard<std::mutex> lock(g_registry_mutex);
   g_last_id = std::max(g_last_id, id);
   g_registry[id] = h;
-  check_mpi(
-      MPI_Comm_set_attr(user, g_keyval, reinterpret_cast<void*>(static_cast<std::uintptr_t>(id))),
-      "MPI_Comm_set_attr");
+  // The attribute value is the id itself, not a pointer (MPI attributes are void*).
+  // NOLINTNEXTLINE(performance-no-int-to-ptr)
+  void* const value = reinterpret_cast<void*>(static_cast<std::uintptr_t>(id));
+  check_mpi(MPI_Comm_set_attr(user, g_keyval, value), "MPI_Comm_set_attr");
   return h;
 }
 
@@ -342,7 +343,7 @@ void Comm::allgatherv_bytes(const void* send, std::size_t send_count, void* recv
                      send_displs, static_cast<unsigned char*>(recv), counts, displs);
 }
 
-std::string message_of(std::exception_ptr error) {
+std::string message_of(const std::exception_ptr& error) {
   if (!error) return {};
   try {
     std::rethrow_exception(error);
@@ -353,11 +354,11 @@ std::string message_of(std::exception_ptr error) {
   }
 }
 
-void Comm::agree(std::exception_ptr local_error) const {
+void Comm::agree(const std::exception_ptr& local_error) const {
   agree_gather_bytes(local_error, nullptr, 0);
 }
 
-std::vector<unsigned char> Comm::agree_gather_bytes(std::exception_ptr local_error,
+std::vector<unsigned char> Comm::agree_gather_bytes(const std::exception_ptr& local_error,
                                                     const void* payload, std::size_t nbytes) const {
   constexpr std::size_t kHeader = 8;  // status word, padded so payloads stay aligned
   const std::size_t stride = kHeader + nbytes;

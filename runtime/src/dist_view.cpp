@@ -219,6 +219,7 @@ at::Tensor DistView<M>::local() const {
 template <class M>
 std::vector<Shape> DistView<M>::lshape_map() const {
   std::vector<Shape> out;
+  out.reserve(static_cast<std::size_t>(layout_.nranks()));
   for (int r = 0; r < layout_.nranks(); ++r) out.push_back(layout_.lshape(r));
   return out;
 }

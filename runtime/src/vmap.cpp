@@ -488,6 +488,7 @@ CoreResult run_core(const std::vector<ArrayArg>& arrays,
     try {
       if (n_local > 0) {
         std::vector<at::Tensor> locals;
+        locals.reserve(arrays.size());
         for (const ArrayArg& a : arrays)
           locals.push_back(tensor_from_block(a.block, a.dtype, device));
         std::vector<MemorySpan> input_spans = tensor_spans;
@@ -562,10 +563,12 @@ std::vector<DistView<M>> vmap_core(const std::vector<DistView<M>>& arrays,
   return outputs;
 }
 
+// NOLINTBEGIN(bugprone-macro-parentheses): Space is a type
 #define KVMAP_INSTANTIATE_VMAP_CORE(Space)                                                    \
   template std::vector<DistView<Space>> vmap_core<Space>(const std::vector<DistView<Space>>&, \
                                                          const std::vector<at::Tensor>&,      \
                                                          const VmapOptions&, const ArgsCall&);
+// NOLINTEND(bugprone-macro-parentheses)
 KVMAP_FOR_EACH_MEMORY_SPACE(KVMAP_INSTANTIATE_VMAP_CORE)
 
 }  // namespace Impl

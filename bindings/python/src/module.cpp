@@ -98,7 +98,7 @@ class PythonCallError : public kvmap::Error {
 
 // A Python error raised on this rank comes back with its type and traceback; anything else
 // goes through the exception translator.
-[[noreturn]] void rethrow_for_python(std::exception_ptr e) {
+[[noreturn]] void rethrow_for_python(const std::exception_ptr& e) {
   try {
     std::rethrow_exception(e);
   } catch (const PythonCallError& err) {
@@ -195,6 +195,8 @@ PYBIND11_MODULE(_kvmap, m) {
 
   static py::exception<kvmap::Error> error(m, "Error", PyExc_RuntimeError);
   static py::exception<kvmap::RemoteError> remote(m, "RemoteError", error.ptr());
+  // pybind11's translator type takes the exception_ptr by value.
+  // NOLINTNEXTLINE(performance-unnecessary-value-param)
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);

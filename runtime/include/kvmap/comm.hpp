@@ -92,11 +92,11 @@ class Comm {
   // Every rank passes its local outcome (null when it succeeded). If any rank failed,
   // every rank throws: a failing rank rethrows its own exception, the others throw
   // RemoteError naming the failed ranks. One small collective when all succeeded.
-  void agree(std::exception_ptr local_error) const;
+  void agree(const std::exception_ptr& local_error) const;
   // agree() that also gathers a trivially copyable payload from every rank, in one
   // collective on success.
   template <class T>
-  std::vector<T> agree_gather(std::exception_ptr local_error, const T& payload) const {
+  std::vector<T> agree_gather(const std::exception_ptr& local_error, const T& payload) const {
     static_assert(std::is_trivially_copyable_v<T>,
                   "Comm::agree_gather needs a trivially copyable T");
     std::vector<unsigned char> all = agree_gather_bytes(local_error, &payload, sizeof(T));
@@ -122,8 +122,8 @@ class Comm {
  private:
   explicit Comm(std::shared_ptr<Handle> handle);
   static std::shared_ptr<Handle> handle_for(MPI_Comm user);
-  std::vector<unsigned char> agree_gather_bytes(std::exception_ptr local_error, const void* payload,
-                                                std::size_t nbytes) const;
+  std::vector<unsigned char> agree_gather_bytes(const std::exception_ptr& local_error,
+                                                const void* payload, std::size_t nbytes) const;
   [[noreturn]] void throw_remote(const std::vector<int>& failed, const std::string& first) const;
 
   std::shared_ptr<Handle> handle_;
@@ -131,7 +131,7 @@ class Comm {
   int size_ = 1;
 };
 
-std::string message_of(std::exception_ptr error);
+std::string message_of(const std::exception_ptr& error);
 
 namespace Impl {
 // Largest element count kvmap passes to one MPI call (INT_MAX unless lowered for tests).

@@ -44,7 +44,9 @@ namespace Impl {
 }  // namespace kvmap
 
 // KVMAP_CHECK(cond, kvmap::ValueError, "split " << s << " out of range"): throws the given
-// exception type with a streamed message when cond is false.
+// exception type with a streamed message when cond is false. `message` is a chain of <<
+// operands, so it cannot be parenthesized; ExceptionType is a type.
+// NOLINTBEGIN(bugprone-macro-parentheses)
 #define KVMAP_CHECK(cond, ExceptionType, message)     \
   do {                                                \
     if (!(cond)) {                                    \
@@ -53,3 +55,4 @@ namespace Impl {
       throw ExceptionType(kvmap_check_stream_.str()); \
     }                                                 \
   } while (false)
+// NOLINTEND(bugprone-macro-parentheses)
