@@ -12,7 +12,7 @@
 //     kokkos_fence_needed()) and torch's current stream is synchronized by finish(), which
 //     the caller runs before Kokkos or MPI touch what torch wrote;
 //   - CPU: nothing.
-// This file knows torch only; the Kokkos side fills DeviceSpec (kokkos_compat.hpp).
+// The Kokkos side fills DeviceSpec (kokkos_compat.hpp); torch_stream.cpp calls torch only.
 #include <memory>
 
 #include "kvmap/impl/kokkos_compat.hpp"
