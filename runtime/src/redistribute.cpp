@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <array>
+#include <complex>
 #include <mutex>
 #include <optional>
 #include <sstream>
@@ -118,14 +120,17 @@ void copy_bytes(void* dst, const void* src, std::size_t n) {
   Impl::count_bytes_copied(n);
 }
 
-// A broadcast of n bytes of M memory from root.
+// A broadcast of one element (at most 16 bytes: complex128) of M memory from root; staged
+// through a buffer on the stack, so nothing is allocated after the agreement.
 template <class M>
-void bcast_block_bytes(const Comm& comm, void* data, std::size_t n, int root) {
+void bcast_element(const Comm& comm, void* data, DType dtype, int root) {
+  const std::size_t n = size_of(dtype);
   if (!staged_through_host<M>()) {
     comm.bcast_bytes(data, n, root);
     return;
   }
-  std::vector<unsigned char> host(n);
+  std::array<unsigned char, 16> host{};
+  static_assert(sizeof(std::complex<double>) <= sizeof(host), "an element fits the buffer");
   if (comm.rank() == root) copy_bytes<Kokkos::HostSpace, M>(host.data(), data, n);
   comm.bcast_bytes(host.data(), n, root);
   if (comm.rank() != root) copy_bytes<M, Kokkos::HostSpace>(data, host.data(), n);
@@ -557,7 +562,7 @@ DistView<M> DistView<M>::scatter(const at::Tensor& full_on_root, std::optional<i
       [&](Exchange<M>& x, const std::vector<Impl::NoPayload>&) {
         if (meta.ndim == 0) {
           // A scalar: root's one element, broadcast into every rank's copy.
-          bcast_block_bytes<M>(comm, x.src_block.data, size_of(dtype), root);
+          bcast_element<M>(comm, x.src_block.data, dtype, root);
         }
         return run_exchange(x);
       });
