@@ -464,6 +464,59 @@ TEST_CASE("randomness modes") {
   (void)x;
 }
 
+TEST_CASE("one collective per call in Error and Different modes, none on one rank") {
+  const int P = nranks(), me = rank();
+  auto x = View::from_global(pattern({3 * P + 1, 4}, at::kFloat, 11), 0);
+  auto w = View::from_global(pattern({4}, at::kFloat, 12), std::nullopt);
+  const at::Tensor xg = x.allgather(), wg = w.allgather();
+  auto f = [](const at::Tensor& v, const at::Tensor& u) {
+    return std::make_tuple((v * u).sum(), v.sin());
+  };
+  auto collectives_of = [&](auto&& call) {
+    const std::uint64_t before = kvmap::stats().collectives;
+    call();
+    return kvmap::stats().collectives - before;
+  };
+  const std::uint64_t one = P > 1 ? 1 : 0;
+  for (Randomness mode : {Randomness::Error, Randomness::Different}) {
+    for (std::optional<int64_t> cs : {std::optional<int64_t>(), std::optional<int64_t>(2)}) {
+      INFO("randomness " << kvmap::name(mode) << ", chunk size " << cs.value_or(0));
+      std::optional<std::tuple<View, View>> out;
+      CHECK(collectives_of([&] {
+              out = kvmap::vmap(f, VmapOptions().randomness(mode).chunk_size(cs))(x, w);
+            }) == one);
+      // Independent reference: the gathered arrays, one sample at a time.
+      const at::Tensor y0 = std::get<0>(*out).allgather(), y1 = std::get<1>(*out).allgather();
+      for (int64_t i = 0; i < xg.size(0); ++i) {
+        CHECK(at::allclose(y0[i], (xg[i] * wg).sum()));
+        CHECK(at::equal(y1[i], xg[i].sin()));
+      }
+    }
+  }
+  // f runs before the agreement: a failure of f on one rank is still raised on every rank,
+  // within that one collective.
+  if (P > 1) {
+    const std::uint64_t n = collectives_of([&] {
+      expect_collective_error<std::runtime_error>(
+          [&] {
+            kvmap::vmap([&](const at::Tensor& v) {
+              if (me == 0) throw std::runtime_error("f failed on rank 0");
+              return v;
+            })(x);
+          },
+          {0}, "f failed on rank 0");
+    });
+    // The agreement, then (only on failure) the failing ranks' messages to everyone: their
+    // lengths and their bytes.
+    CHECK(n == 3);
+  }
+  // Same mode keeps the arguments' agreement and the generator state broadcast before f.
+  CHECK(collectives_of([&] {
+          (void)kvmap::vmap([](const at::Tensor& v) { return v * 2; },
+                            VmapOptions().randomness(Randomness::Same))(x);
+        }) == (P > 1 ? 3u : 0u));
+}
+
 TEST_CASE("sample_uniform / sample_normal do not depend on ranks or chunk sizes") {
   const int64_t n = 11;
   auto f = [](const at::Tensor& v) {

@@ -212,6 +212,7 @@ std::vector<std::string> Comm::allgather_strings(const std::string& mine) const 
 }
 
 void Comm::bcast_bytes(void* data, std::size_t nbytes, int root) const {
+  if (size_ == 1) return;  // the root's bytes are already there
   Impl::count_collective();
   const std::size_t limit = std::max<std::size_t>(1, g_count_limit.load());
   auto* p = static_cast<unsigned char*>(data);
@@ -360,6 +361,12 @@ void Comm::agree(const std::exception_ptr& local_error) const {
 
 std::vector<unsigned char> Comm::agree_gather_bytes(const std::exception_ptr& local_error,
                                                     const void* payload, std::size_t nbytes) const {
+  // One rank agrees with itself: no MPI call.
+  if (size_ == 1) {
+    if (local_error) std::rethrow_exception(local_error);
+    const auto* p = static_cast<const unsigned char*>(payload);
+    return nbytes > 0 ? std::vector<unsigned char>(p, p + nbytes) : std::vector<unsigned char>();
+  }
   constexpr std::size_t kHeader = 8;  // status word, padded so payloads stay aligned
   const std::size_t stride = kHeader + nbytes;
   std::vector<unsigned char> mine(stride, 0), all(stride * static_cast<std::size_t>(size_));

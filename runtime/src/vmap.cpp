@@ -433,11 +433,115 @@ struct CoreResult {
   std::vector<Layout> layouts;
 };
 
-// plan (validate; every argument's layout, dtype and communicator, the options, the random
-// stream and the generator state size into the signature) -> agree -> execute (the chunks;
-// a failure of f, or of an output's layout or allocation, is kept) -> agree on the result
-// (status and output metadata, one collective) -> assemble (cannot fail: zero-byte blocks on
-// ranks without samples).
+// The plan: validation, and the signature every rank must share (each argument's layout,
+// dtype and communicator, the options, the random stream; in Same mode the generator state
+// size, so the state broadcast needs no agreement of its own).
+struct Plan {
+  std::vector<int> mapped;
+  std::int64_t batch = 0;
+};
+
+Plan plan_call(Signature& sig, const std::vector<ArrayArg>& arrays, DeviceSpec device,
+               const VmapOptions& options, const StreamState& stream) {
+  Region region("kvmap::vmap/validate");
+  describe_options(sig, options, stream);
+  if (options.randomness() == Randomness::Same) {
+    sig.arg("generator_state_bytes", GeneratorScope::state_bytes(device));
+  }
+  Plan p;
+  for (std::size_t k = 0; k < arrays.size(); ++k) {
+    sig.arg("array", arrays[k].layout).arg("dtype", arrays[k].dtype);
+    sig.arg("array_comm", "#" + std::to_string(arrays[k].comm_id));
+    if (arrays[k].layout.split()) p.mapped.push_back(static_cast<int>(k));
+  }
+  p.batch = validate_arrays(arrays, p.mapped);
+  return p;
+}
+
+// What this rank's run of f leaves for assembly.
+struct LocalOutputs {
+  LocalRun run;
+  std::vector<Layout> layouts;
+  std::vector<LocalBlock> blocks;
+};
+
+// Runs f on this rank's samples (none on a rank without any): torch on the device and stream
+// of the Kokkos instance throughout. Makes no MPI call, except the generator state broadcast
+// of Same mode (every rank constructs the GeneratorScope, with or without samples).
+LocalOutputs run_here(const Plan& plan, const std::vector<ArrayArg>& arrays,
+                      const std::vector<MemorySpan>& tensor_spans, const Comm& comm,
+                      DeviceSpec device, const VmapOptions& options, const StreamState& stream,
+                      const ArgsCall& call, Allocate allocate) {
+  LocalOutputs out;
+  const Layout& lead = arrays[plan.mapped[0]].layout;
+  const int me = comm.rank();
+  const std::int64_t n_local = lead.counts()[me];
+  std::optional<TorchStreamScope> torch_on_kokkos;
+  std::optional<GeneratorScope> generator;
+  auto set_up = [&] {
+    if (kokkos_fence_needed(device)) Kokkos::fence();  // Kokkos' writes before torch reads them
+    torch_on_kokkos.emplace(device);
+    generator.emplace(options.randomness(), comm, device);
+  };
+  // In Same mode every rank must reach the broadcast: a failure before it ends the job.
+  if (options.randomness() == Randomness::Same) {
+    run_agreed("vmap", comm, set_up);
+  } else {
+    set_up();
+  }
+  if (n_local > 0) {
+    std::vector<at::Tensor> locals;
+    locals.reserve(arrays.size());
+    for (const ArrayArg& a : arrays) locals.push_back(tensor_from_block(a.block, a.dtype, device));
+    std::vector<MemorySpan> input_spans = tensor_spans;
+    for (const ArrayArg& a : arrays) input_spans.push_back(span_of(a.block, size_of(a.dtype)));
+    ChunkRunner runner{arrays,     locals, options,         call,
+                       *generator, device, lead.offset(me), stream.key()};
+    out.run = run_local(options, n_local, runner, allocate, input_spans);
+    count_chunks(static_cast<std::uint64_t>(out.run.chunks));
+    // Everything assembly needs from the outputs, checked before the result agreement.
+    for (const OutputMeta& m : out.run.metas)
+      out.layouts.push_back(output_layout(m, plan.batch, lead.counts()));
+    for (const at::Tensor& t : out.run.outputs) out.blocks.push_back(block_from_tensor(t));
+  }
+  torch_on_kokkos->finish();
+  return out;
+}
+
+// This rank's status and output metadata, as the result agreement carries them.
+ResultMeta summarize(const LocalOutputs& here, bool ran) {
+  ResultMeta mine;
+  std::memset(&mine, 0, sizeof mine);
+  mine.ran = ran ? 1 : 0;
+  mine.nout = static_cast<std::int32_t>(here.run.metas.size());
+  for (int k = 0; k < std::min<int>(mine.nout, kInlineOutputs); ++k)
+    mine.out[k] = here.run.metas[k];
+  return mine;
+}
+
+// After the agreement; cannot fail (zero-byte blocks on ranks without samples).
+CoreResult assemble(LocalOutputs& here, const std::vector<OutputMeta>& agreed, const Plan& plan,
+                    const std::vector<ArrayArg>& arrays, int me, Allocate allocate) {
+  Region region("kvmap::vmap/assemble");
+  const std::vector<std::int64_t>& counts = arrays[plan.mapped[0]].layout.counts();
+  const bool ran = counts[me] > 0;
+  CoreResult result;
+  for (std::size_t k = 0; k < agreed.size(); ++k) {
+    const DType dt = static_cast<DType>(agreed[k].dtype);
+    Layout layout = ran ? std::move(here.layouts[k]) : output_layout(agreed[k], plan.batch, counts);
+    result.blocks.push_back(ran ? std::move(here.blocks[k])
+                                : allocate(layout.lshape(me), size_of(dt)));
+    result.dtypes.push_back(dt);
+    result.layouts.push_back(std::move(layout));
+  }
+  return result;
+}
+
+// Error and Different modes: ONE collective per call. Each rank validates, runs f on its
+// samples (f makes no MPI call) and then agrees once: its plan/f status, the hash of its
+// signature and its output metadata travel together. On one rank nothing communicates.
+// Same mode keeps a collective before f: the arguments are agreed, then rank 0's generator
+// state is broadcast, then f runs and the results are agreed.
 CoreResult run_core(const std::vector<ArrayArg>& arrays,
                     const std::vector<MemorySpan>& tensor_spans, const Comm& comm,
                     DeviceSpec device, const VmapOptions& options, const ArgsCall& call,
@@ -447,93 +551,48 @@ CoreResult run_core(const std::vector<ArrayArg>& arrays,
   const int me = comm.rank();
   // Every rank takes the next stream, whatever happens next.
   const StreamState stream = next_stream(comm);
-  struct Plan {
-    std::vector<int> mapped;
-    std::int64_t batch = 0;
-  };
-  Collective<> arguments("vmap", comm);
-  std::optional<Plan> plan;
-  {
-    Region region("kvmap::vmap/validate");
-    plan = arguments.plan([&](Signature& sig, NoPayload&) {
-      describe_options(sig, options, stream);
-      if (options.randomness() == Randomness::Same) {
-        sig.arg("generator_state_bytes", GeneratorScope::state_bytes(device));
-      }
-      Plan p;
-      for (std::size_t k = 0; k < arrays.size(); ++k) {
-        sig.arg("array", arrays[k].layout).arg("dtype", arrays[k].dtype);
-        sig.arg("array_comm", "#" + std::to_string(arrays[k].comm_id));
-        if (arrays[k].layout.split()) p.mapped.push_back(static_cast<int>(k));
-      }
-      p.batch = validate_arrays(arrays, p.mapped);
+  if (options.randomness() != Randomness::Same) {
+    Collective<ResultMeta> once("vmap", comm);
+    LocalOutputs here;
+    std::optional<Plan> plan = once.plan([&](Signature& sig, ResultMeta& payload) {
+      Plan p = plan_call(sig, arrays, device, options, stream);
+      here = run_here(p, arrays, tensor_spans, comm, device, options, stream, call, allocate);
+      payload = summarize(here, arrays[p.mapped[0]].layout.counts()[me] > 0);
       return p;
     });
-    arguments.agree();
+    std::vector<ResultMeta> all;
+    {
+      Region region("kvmap::vmap/agree");
+      all = once.agree();
+    }
+    const std::vector<OutputMeta> agreed = agreed_outputs(comm, all, here.run.metas);
+    return once.execute([&] { return assemble(here, agreed, *plan, arrays, me, allocate); });
   }
-  const Layout& lead = arrays[plan->mapped[0]].layout;
-  const std::vector<std::int64_t>& counts = lead.counts();
-  const std::int64_t n_local = counts[me];
 
+  Collective<> arguments("vmap", comm);
+  std::optional<Plan> plan = arguments.plan(
+      [&](Signature& sig, NoPayload&) { return plan_call(sig, arrays, device, options, stream); });
+  arguments.agree();
   // f's failure (and a failure of the run around it) is agreed below with the results.
   std::exception_ptr error;
-  LocalRun local;
-  std::vector<Layout> layouts;
-  std::vector<LocalBlock> blocks;
+  LocalOutputs here;
   arguments.execute([&] {
-    // Torch on the device and stream of the Kokkos instance for everything below.
-    if (kokkos_fence_needed(device)) Kokkos::fence();  // Kokkos' writes before torch reads them
-    TorchStreamScope torch_on_kokkos(device);
-    GeneratorScope generator(options.randomness(), comm, device);
     try {
-      if (n_local > 0) {
-        std::vector<at::Tensor> locals;
-        locals.reserve(arrays.size());
-        for (const ArrayArg& a : arrays)
-          locals.push_back(tensor_from_block(a.block, a.dtype, device));
-        std::vector<MemorySpan> input_spans = tensor_spans;
-        for (const ArrayArg& a : arrays) input_spans.push_back(span_of(a.block, size_of(a.dtype)));
-        ChunkRunner runner{arrays,    locals, options,         call,
-                           generator, device, lead.offset(me), stream.key()};
-        local = run_local(options, n_local, runner, allocate, input_spans);
-        count_chunks(static_cast<std::uint64_t>(local.chunks));
-        // Everything assembly needs from the outputs, checked before the result agreement.
-        for (const OutputMeta& m : local.metas)
-          layouts.push_back(output_layout(m, plan->batch, counts));
-        for (const at::Tensor& t : local.outputs) blocks.push_back(block_from_tensor(t));
-      }
-      torch_on_kokkos.finish();
+      here = run_here(*plan, arrays, tensor_spans, comm, device, options, stream, call, allocate);
     } catch (...) {
       error = std::current_exception();
     }
     return true;
   });
-
-  // ---- agree on the result: status and output metadata, one collective -----------------
-  Region agree_region("kvmap::vmap/agree");
-  ResultMeta mine;
-  std::memset(&mine, 0, sizeof mine);
-  mine.ran = (n_local > 0 && !error) ? 1 : 0;
-  mine.nout = static_cast<std::int32_t>(local.metas.size());
-  for (int k = 0; k < std::min<int>(mine.nout, kInlineOutputs); ++k) mine.out[k] = local.metas[k];
-  const std::vector<ResultMeta> all = comm.agree_gather(error, mine);
-  const std::vector<OutputMeta> agreed = agreed_outputs(comm, all, local.metas);
-
-  // ---- assemble ------------------------------------------------------------------------
-  Region assemble_region("kvmap::vmap/assemble");
-  return run_agreed("vmap", comm, [&] {
-    CoreResult result;
-    for (std::size_t k = 0; k < agreed.size(); ++k) {
-      const DType dt = static_cast<DType>(agreed[k].dtype);
-      Layout layout =
-          n_local > 0 ? std::move(layouts[k]) : output_layout(agreed[k], plan->batch, counts);
-      result.blocks.push_back(n_local > 0 ? std::move(blocks[k])
-                                          : allocate(layout.lshape(me), size_of(dt)));
-      result.dtypes.push_back(dt);
-      result.layouts.push_back(std::move(layout));
-    }
-    return result;
-  });
+  std::vector<OutputMeta> agreed;
+  {
+    Region region("kvmap::vmap/agree");
+    const bool ran = arrays[plan->mapped[0]].layout.counts()[me] > 0 && !error;
+    const std::vector<ResultMeta> all = comm.agree_gather(error, summarize(here, ran));
+    agreed = agreed_outputs(comm, all, here.run.metas);
+  }
+  return run_agreed("vmap", comm,
+                    [&] { return assemble(here, agreed, *plan, arrays, me, allocate); });
 }
 
 }  // namespace

@@ -94,7 +94,7 @@ class Comm {
   // RemoteError naming the failed ranks. One small collective when all succeeded.
   void agree(const std::exception_ptr& local_error) const;
   // agree() that also gathers a trivially copyable payload from every rank, in one
-  // collective on success.
+  // collective on success (none on a one-rank communicator).
   template <class T>
   std::vector<T> agree_gather(const std::exception_ptr& local_error, const T& payload) const {
     static_assert(std::is_trivially_copyable_v<T>,
