@@ -85,6 +85,7 @@ std::string format_seconds(double s);
 
 // Scenarios.
 void scenario_overhead(Report& report);
+void scenario_instructions(Report& report);
 void scenario_chunks(Report& report);
 void scenario_scaling(Report& report);
 void scenario_redistribution(Report& report);

@@ -16,6 +16,7 @@ namespace {
 const std::map<std::string, std::function<void(kvmap_perf::Report&)>>& scenarios() {
   static const std::map<std::string, std::function<void(kvmap_perf::Report&)>> s = {
       {"overhead", kvmap_perf::scenario_overhead},
+      {"instructions", kvmap_perf::scenario_instructions},
       {"chunks", kvmap_perf::scenario_chunks},
       {"scaling", kvmap_perf::scenario_scaling},
       {"redistribution", kvmap_perf::scenario_redistribution},
@@ -30,7 +31,8 @@ int usage(int rc) {
   std::printf(
       "usage: mpirun -np N kvmap-perf [--scenario NAME[,NAME...]] [--quick] [--json FILE] "
       "[--version]\n"
-      "scenarios: zero-copy overhead chunks scaling redistribution native (default: all)\n");
+      "scenarios: zero-copy overhead chunks scaling redistribution native (default: all),\n"
+      "           instructions (under callgrind only: perf/instructions.py runs it)\n");
   return rc;
 }
 

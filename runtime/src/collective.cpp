@@ -8,6 +8,7 @@
 namespace kvmap::Impl {
 
 Signature::Signature(const char* op, const Comm& comm) : text_(op) {
+  text_.reserve(256);
   text_ += "(";
   arg("comm", comm);
 }

@@ -8,12 +8,15 @@
 
 namespace kvmap {
 
+// Plain appends, no stream: signatures of every collective call are built from these.
 std::string to_string(const Shape& shape) {
-  std::ostringstream os;
-  os << "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) os << (i ? ", " : "") << shape[i];
-  os << "]";
-  return os.str();
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  s += "]";
+  return s;
 }
 
 namespace Impl {
@@ -160,15 +163,14 @@ bool Layout::operator==(const Layout& other) const {
 }
 
 std::string Layout::str() const {
-  std::ostringstream os;
-  os << "Layout(gshape=" << to_string(gshape_) << ", split=";
+  std::string s = "Layout(gshape=" + to_string(gshape_) + ", split=";
   if (split_) {
-    os << *split_ << ", counts=" << to_string(counts_);
+    s += std::to_string(*split_) + ", counts=" + to_string(counts_);
   } else {
-    os << "None (replicated on " << nranks_ << " ranks)";
+    s += "None (replicated on " + std::to_string(nranks_) + " ranks)";
   }
-  os << ")";
-  return os.str();
+  s += ")";
+  return s;
 }
 
 std::ostream& operator<<(std::ostream& os, const Layout& layout) {

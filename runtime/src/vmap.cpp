@@ -89,7 +89,7 @@ torch_compat::VmapRandomness to_compat(Randomness r) {
 struct ArrayArg {
   LocalBlock block;
   DType dtype;
-  Layout layout;  // split axis normalized
+  const Layout& layout;  // split axis normalized; the DistView's own, alive for the call
   std::uint64_t comm_id;
 };
 

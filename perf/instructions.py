@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""kvmap's per-call cost in instructions: the overhead scenario's contenders under callgrind.
+
+    /usr/bin/python3 perf/instructions.py [--build build/default] [--np 1] [--json FILE] [--quick]
+
+Runs ``mpiexec -np N valgrind --tool=callgrind kvmap-perf --scenario instructions``: every
+contender (the direct batched call, raw functorch on the same local tensor, kvmap::vmap) is
+collected alone over a fixed number of calls, at local batches 16, 1,024 and 100,000.
+Prints instructions per call and kvmap's extra instructions per call over raw functorch,
+and writes them as JSON lines. Instruction counts, unlike wall times, are the same on a
+loaded machine. At one rank kvmap makes no MPI call; at more ranks the count includes MPI's
+polling while a rank waits for the others, which does depend on timing.
+"""
+import argparse
+import datetime
+import glob
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+CONTENDERS = ("direct batched", "raw functorch", "kvmap::vmap")
+
+
+def parse_dump(path):
+    """(label, instructions) of one callgrind dump made by CALLGRIND_DUMP_STATS_AT."""
+    label, total = None, None
+    with open(path, errors="replace") as f:
+        for line in f:
+            if line.startswith("desc: Trigger: Client Request: "):
+                label = line.split("Client Request: ", 1)[1].strip()
+            elif line.startswith(("totals:", "summary:")) and total is None:
+                total = int(line.split()[1])
+    return label, total
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default="build/default", help="kvmap build directory")
+    ap.add_argument("--np", type=int, default=1, help="MPI ranks (default 1)")
+    ap.add_argument("--json", help="write JSON lines here")
+    ap.add_argument("--keep", help="keep callgrind's dumps in this directory")
+    ap.add_argument("--quick", action="store_true", help="batches 16 and 1,024 only")
+    args = ap.parse_args()
+
+    perf = os.path.join(args.build, "perf", "kvmap-perf")
+    valgrind = shutil.which("valgrind")
+    mpiexec = shutil.which("mpiexec")
+    if not os.path.exists(perf) or not valgrind or not mpiexec:
+        sys.exit("perf/instructions.py needs %s, valgrind and mpiexec" % perf)
+    out = args.keep or tempfile.mkdtemp(prefix="kvmap-callgrind-")
+    os.makedirs(out, exist_ok=True)
+    for old in glob.glob(os.path.join(out, "cg.*")):
+        os.remove(old)
+    env = dict(os.environ, OMP_NUM_THREADS="1", OMP_PROC_BIND="false", OMP_WAIT_POLICY="PASSIVE")
+    if os.geteuid() == 0:
+        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    cmd = [mpiexec, "-np", str(args.np), "--oversubscribe", valgrind, "--tool=callgrind",
+           "--collect-atstart=no", "--callgrind-out-file=" + os.path.join(out, "cg.%p"),
+           perf, "--scenario", "instructions"] + (["--quick"] if args.quick else [])
+    print("running:", " ".join(cmd), flush=True)
+    subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    # label -> instructions per rank
+    counts = {}
+    for path in glob.glob(os.path.join(out, "cg.*")):
+        label, total = parse_dump(path)
+        if label and label.startswith("kvmap-perf|") and total is not None:
+            _, case, contender, calls = label.split("|")
+            counts.setdefault((case, contender), []).append(total / int(calls))
+    if not counts:
+        sys.exit("perf/instructions.py: no labelled dumps in %s (was kvmap-perf built with "
+                 "valgrind/callgrind.h?)" % out)
+
+    version = subprocess.run([perf, "--version"], capture_output=True, text=True).stdout.strip()
+    vg = subprocess.run([valgrind, "--version"], capture_output=True, text=True).stdout.strip()
+    machine = {"date": datetime.date.today().isoformat(), "host": platform.node(),
+               "ranks": args.np, "kvmap": version, "valgrind": vg}
+    cases = sorted({c for c, _ in counts}, key=lambda c: int(re.search(r"n=(\d+)", c).group(1)))
+    records = []
+    print("\ninstructions per call (the most of any rank), %d rank(s)" % args.np)
+    print("%-28s %16s %16s %16s %14s %8s" % ("case", *CONTENDERS, "kvmap - raw", "ratio"))
+    for case in cases:
+        per = {k: max(counts.get((case, k), [0])) for k in CONTENDERS}
+        extra = per["kvmap::vmap"] - per["raw functorch"]
+        ratio = per["kvmap::vmap"] / per["raw functorch"] if per["raw functorch"] else float("nan")
+        print("%-28s %16.0f %16.0f %16.0f %14.0f %8.4f" % (
+            case, per["direct batched"], per["raw functorch"], per["kvmap::vmap"], extra, ratio))
+        for k in CONTENDERS:
+            rec = {"scenario": "instructions", "case": case, "contender": k,
+                   "instructions_per_call": per[k], "machine": machine}
+            if k == "kvmap::vmap":
+                rec["extra_over_raw_functorch"] = extra
+                rec["over_raw_functorch"] = ratio
+            records.append(rec)
+    if args.json:
+        with open(args.json, "w") as f:
+            for r in records:
+                f.write(json.dumps(r) + "\n")
+        print("\nwrote", args.json)
+    if not args.keep:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
