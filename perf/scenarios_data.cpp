@@ -22,66 +22,188 @@ namespace {
 using View = kvmap::DistView<>;
 using Layout = kvmap::Layout;
 
-// Raw MPI_Alltoallv of pre-packed buffers with the byte counts a layout change implies
-// (rank p receives from q the rows/columns it will own): the same bytes kvmap moves.
-struct RawExchange {
-  std::vector<int> sc, sd, rc, rd;
-  std::vector<char> send, recv;
+// A 2-d box [r0, r0 + nr) x [c0, c0 + nc) of global indices.
+struct Box2 {
+  std::int64_t r0 = 0, nr = 0, c0 = 0, nc = 0;
+  std::int64_t volume() const { return nr * nc; }
 };
 
-std::int64_t overlap(std::int64_t a0, std::int64_t a1, std::int64_t b0, std::int64_t b1) {
-  return std::max<std::int64_t>(0, std::min(a1, b1) - std::max(a0, b0));
-}
-
-// Elements rank q of `from` holds that rank p of `to` owns (2-d, splits 0 or 1).
-std::int64_t shared_elems(const Layout& from, int q, const Layout& to, int p) {
-  const auto& g = from.gshape();
-  std::int64_t r0 = 0, r1 = g[0], c0 = 0, c1 = g[1], s0 = 0, s1 = g[0], t0 = 0, t1 = g[1];
-  if (*from.split() == 0) {
-    r0 = from.offset(q), r1 = r0 + from.count(q);
+Box2 held(const Layout& l, int r) {
+  const auto& g = l.gshape();
+  Box2 b{0, g[0], 0, g[1]};
+  if (*l.split() == 0) {
+    b.r0 = l.offset(r), b.nr = l.count(r);
   } else {
-    c0 = from.offset(q), c1 = c0 + from.count(q);
+    b.c0 = l.offset(r), b.nc = l.count(r);
   }
-  if (*to.split() == 0) {
-    s0 = to.offset(p), s1 = s0 + to.count(p);
-  } else {
-    t0 = to.offset(p), t1 = t0 + to.count(p);
-  }
-  return overlap(r0, r1, s0, s1) * overlap(c0, c1, t0, t1);
+  return b;
 }
 
-RawExchange raw_exchange(const Layout& from, const Layout& to, int me, int P,
-                         std::size_t itemsize) {
-  RawExchange x;
-  x.sc.resize(P), x.sd.resize(P), x.rc.resize(P), x.rd.resize(P);
-  std::int64_t s = 0, r = 0;
-  for (int p = 0; p < P; ++p) {
-    x.sc[p] = static_cast<int>(shared_elems(from, me, to, p) * itemsize);
-    x.rc[p] = static_cast<int>(shared_elems(from, p, to, me) * itemsize);
-    x.sd[p] = static_cast<int>(s);
-    x.rd[p] = static_cast<int>(r);
-    s += x.sc[p];
-    r += x.rc[p];
-  }
-  x.send.resize(static_cast<std::size_t>(s));
-  x.recv.resize(static_cast<std::size_t>(r));
-  // Each block carries (source, destination) so a wrong exchange is detected.
-  for (int p = 0; p < P; ++p) std::memset(x.send.data() + x.sd[p], (me * 16 + p) & 0x7f, x.sc[p]);
-  return x;
+Box2 intersect(const Box2& a, const Box2& b) {
+  Box2 c;
+  c.r0 = std::max(a.r0, b.r0);
+  c.nr = std::max<std::int64_t>(0, std::min(a.r0 + a.nr, b.r0 + b.nr) - c.r0);
+  c.c0 = std::max(a.c0, b.c0);
+  c.nc = std::max<std::int64_t>(0, std::min(a.c0 + a.nc, b.c0 + b.nc) - c.c0);
+  return c;
 }
 
-bool raw_exchange_ok(const RawExchange& x, int me, int P) {
-  for (int q = 0; q < P; ++q) {
-    for (int i = 0; i < x.rc[q]; ++i) {
-      if (x.recv[x.rd[q] + i] != static_cast<char>((q * 16 + me) & 0x7f)) return false;
+using Host = Kokkos::DefaultHostExecutionSpace;
+using Flat = Kokkos::View<double*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+using Grid = Kokkos::View<double**, Kokkos::LayoutRight, Kokkos::HostSpace,
+                          Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+
+// A layout change of a 2-d float64 array (splits 0 or 1) written by hand, the two ways a user
+// of MPI would: pack kernels (Kokkos, on the host execution space) + MPI_Alltoallv + unpack
+// kernels, or MPI_Alltoallw with subarray datatypes (MPI packs). Planned once: the timed calls
+// run kernels and MPI only, from the source shard into a preallocated destination.
+class HandExchange {
+ public:
+  HandExchange(const kvmap::Comm& comm, const Layout& from, const Layout& to, double* src,
+               double* dst)
+      : comm_(comm), P_(comm.size()) {
+    const int me = comm.rank();
+    const Box2 mine_src = held(from, me), mine_dst = held(to, me);
+    src_ = Grid(src, mine_src.nr, mine_src.nc);
+    dst_ = Grid(dst, mine_dst.nr, mine_dst.nc);
+    sc_.resize(P_), sd_.resize(P_), rc_.resize(P_), rd_.resize(P_);
+    send_.resize(P_), recv_.resize(P_);
+    int s = 0, r = 0;
+    for (int p = 0; p < P_; ++p) {
+      // Boxes in the local coordinates of the source and destination shards.
+      Box2 out = intersect(mine_src, held(to, p)), in = intersect(held(from, p), mine_dst);
+      out.r0 -= mine_src.r0, out.c0 -= mine_src.c0;
+      in.r0 -= mine_dst.r0, in.c0 -= mine_dst.c0;
+      send_[p] = out, recv_[p] = in;
+      sc_[p] = static_cast<int>(out.volume()), sd_[p] = s, s += sc_[p];
+      rc_[p] = static_cast<int>(in.volume()), rd_[p] = r, r += rc_[p];
     }
+    send_buf_ = Kokkos::View<double*, Kokkos::HostSpace>("send", s);
+    recv_buf_ = Kokkos::View<double*, Kokkos::HostSpace>("recv", r);
+    // Alltoallw: one subarray type per peer (MPI_DOUBLE with count 0 for empty boxes).
+    auto subarray = [](const Grid& g, const Box2& b) {
+      MPI_Datatype t = MPI_DOUBLE;
+      if (b.volume() == 0) return t;
+      const int sizes[2] = {static_cast<int>(g.extent(0)), static_cast<int>(g.extent(1))};
+      const int sub[2] = {static_cast<int>(b.nr), static_cast<int>(b.nc)};
+      const int starts[2] = {static_cast<int>(b.r0), static_cast<int>(b.c0)};
+      MPI_Type_create_subarray(2, sizes, sub, starts, MPI_ORDER_C, MPI_DOUBLE, &t);
+      MPI_Type_commit(&t);
+      return t;
+    };
+    for (int p = 0; p < P_; ++p) {
+      wsc_.push_back(send_[p].volume() ? 1 : 0), wrc_.push_back(recv_[p].volume() ? 1 : 0);
+      wst_.push_back(subarray(src_, send_[p])), wrt_.push_back(subarray(dst_, recv_[p]));
+    }
+    wd_.assign(P_, 0);
   }
-  return true;
+  ~HandExchange() {
+    for (MPI_Datatype& t : wst_)
+      if (t != MPI_DOUBLE) MPI_Type_free(&t);
+    for (MPI_Datatype& t : wrt_)
+      if (t != MPI_DOUBLE) MPI_Type_free(&t);
+  }
+  HandExchange(const HandExchange&) = delete;
+  HandExchange& operator=(const HandExchange&) = delete;
+
+  void alltoallv() {
+    for (int p = 0; p < P_; ++p) move_box(send_[p], src_, send_buf_.data() + sd_[p], true);
+    Host().fence();
+    MPI_Alltoallv(send_buf_.data(), sc_.data(), sd_.data(), MPI_DOUBLE, recv_buf_.data(),
+                  rc_.data(), rd_.data(), MPI_DOUBLE, comm_.raw());
+    for (int p = 0; p < P_; ++p) move_box(recv_[p], dst_, recv_buf_.data() + rd_[p], false);
+    Host().fence();
+  }
+  void alltoallw() {
+    MPI_Alltoallw(src_.data(), wsc_.data(), wd_.data(), wst_.data(), dst_.data(), wrc_.data(),
+                  wd_.data(), wrt_.data(), comm_.raw());
+  }
+
+ private:
+  // Packs box b of g into buf (row-major), or unpacks buf into it.
+  static void move_box(const Box2& b, const Grid& g, double* buf, bool pack) {
+    if (b.volume() == 0) return;
+    const std::int64_t r0 = b.r0, c0 = b.c0, nc = b.nc;
+    Kokkos::parallel_for(pack ? "perf::pack" : "perf::unpack",
+                         Kokkos::MDRangePolicy<Host, Kokkos::Rank<2>>({0, 0}, {b.nr, b.nc}),
+                         [=](const std::int64_t i, const std::int64_t j) {
+                           if (pack) {
+                             buf[i * nc + j] = g(r0 + i, c0 + j);
+                           } else {
+                             g(r0 + i, c0 + j) = buf[i * nc + j];
+                           }
+                         });
+  }
+
+  kvmap::Comm comm_;
+  int P_;
+  Grid src_, dst_;
+  std::vector<Box2> send_, recv_;
+  std::vector<int> sc_, sd_, rc_, rd_, wsc_, wrc_, wd_;
+  std::vector<MPI_Datatype> wst_, wrt_;
+  Kokkos::View<double*, Kokkos::HostSpace> send_buf_, recv_buf_;
+};
+
+// The machine's copy bandwidth on `bytes` per rank (STREAM copy, a Kokkos kernel on the host
+// execution space): the ceiling of any data movement that reads and writes that many bytes.
+class CopyKernel {
+ public:
+  explicit CopyKernel(std::size_t bytes)
+      : a_("copy_a", bytes / sizeof(double)), b_("copy_b", bytes / sizeof(double)) {
+    Kokkos::deep_copy(a_, 1.0);
+    Kokkos::deep_copy(b_, 0.0);
+  }
+  void operator()() const {
+    const auto a = a_;
+    const auto b = b_;
+    Kokkos::parallel_for(
+        "perf::stream_copy", Kokkos::RangePolicy<Host>(0, a.extent(0)),
+        KOKKOS_LAMBDA(const std::size_t i) { b(i) = a(i); });
+    Host().fence();
+  }
+  std::size_t bytes() const { return a_.extent(0) * sizeof(double); }
+
+ private:
+  Kokkos::View<double*, Kokkos::HostSpace> a_, b_;
+};
+
+// One case of the scenario: kvmap's operation, its hand-written references and the copy
+// kernel, timed interleaved. Figures: bytes per second (the array's bytes over the time),
+// kvmap over the faster reference, and each contender as a fraction of the copy ceiling
+// (the copy kernel's time for the bytes each rank writes, over the contender's time).
+struct Contender {
+  std::string name;
+  std::function<void()> run;
+};
+
+void report_case(Report& report, const std::string& case_name, double array_bytes,
+                 const Contender& kvmap_op, const std::vector<Contender>& references,
+                 const CopyKernel& copy, int reps) {
+  std::vector<std::function<void()>> ops = {kvmap_op.run};
+  for (const Contender& c : references) ops.push_back(c.run);
+  ops.push_back([&] { copy(); });
+  const std::vector<Timing> t = measure_interleaved(report.comm(), report.settings(), ops, reps);
+  const double t_copy = t.back().median;
+  double best = t[1].median;
+  for (std::size_t k = 1; k <= references.size(); ++k) best = std::min(best, t[k].median);
+  auto figures = [&](const Timing& x) -> std::map<std::string, double> {
+    return {{"bytes_per_s", array_bytes / x.median}, {"of_copy_ceiling", t_copy / x.median}};
+  };
+  auto mine = figures(t[0]);
+  mine["over_best_reference"] = best / t[0].median;
+  report.add({"redistribution", case_name, kvmap_op.name, t[0], mine, {}});
+  for (std::size_t k = 0; k < references.size(); ++k)
+    report.add({"redistribution", case_name, references[k].name, t[k + 1], figures(t[k + 1]), {}});
+  report.add({"redistribution",
+              case_name,
+              "copy kernel (ceiling)",
+              t.back(),
+              {{"copy_bytes_per_s", 2.0 * static_cast<double>(copy.bytes()) / t_copy}},
+              {{"bytes_per_rank", std::to_string(copy.bytes())}}});
 }
 
-void run_alltoallv(const kvmap::Comm& comm, RawExchange& x) {
-  MPI_Alltoallv(x.send.data(), x.sc.data(), x.sd.data(), MPI_BYTE, x.recv.data(), x.rc.data(),
-                x.rd.data(), MPI_BYTE, comm.raw());
+double* data_of(const View& v) {
+  return static_cast<double*>(v.local().data_ptr());
 }
 
 }  // namespace
@@ -89,7 +211,7 @@ void run_alltoallv(const kvmap::Comm& comm, RawExchange& x) {
 void scenario_redistribution(Report& report) {
   const auto& comm = report.comm();
   if (!on_host()) {
-    // The raw MPI references read host memory (a GPU-aware MPI is not assumed).
+    // The hand-written references read host memory (a GPU-aware MPI is not assumed).
     report.progress("redistribution: skipped, the arrays are in device memory");
     return;
   }
@@ -106,125 +228,86 @@ void scenario_redistribution(Report& report) {
     const at::Tensor full =
         kvmap::random::uniform({rows, cols}, kvmap::DType::Float64, 0, kvmap::Comm::self(), 9)
             .local();
-    auto expect_local = [&](const View& v) {
-      const Layout& l = v.layout();
-      return full.narrow(*l.split(), l.offset(me), l.count(me));
+    auto expect = [&](const Layout& l) {
+      return l.is_replicated() ? full : full.narrow(*l.split(), l.offset(me), l.count(me));
     };
     const int reps = m >= 512 ? 3 : 0;
+    // Each rank writes its destination shard: the copy ceiling copies that many bytes.
+    const std::size_t shard_bytes = static_cast<std::size_t>(a.local().numel()) * 8;
+    const CopyKernel copy_shard(shard_bytes);
 
-    // resplit 0 -> 1
-    const Layout to1 = Layout::balanced({rows, cols}, 1, P);
-    require_same(at::equal(a.resplit(1).local(), expect_local(a.resplit(1))), "redistribution",
-                 "resplit");
-    RawExchange x01 = raw_exchange(a.layout(), to1, me, P, 8);
-    run_alltoallv(comm, x01);
-    require_same(raw_exchange_ok(x01, me, P), "redistribution", "MPI_Alltoallv");
-    const auto t01 = measure_interleaved(
-        comm, report.settings(),
-        {[&] { View b = a.resplit(1); }, [&] { run_alltoallv(comm, x01); }}, reps);
-    const Timing &t_resplit = t01[0], &t_raw01 = t01[1];
-    report.add({"redistribution",
-                "resplit 0->1 " + size,
-                "kvmap resplit",
-                t_resplit,
-                {{"bytes_per_s", bytes / t_resplit.median},
-                 {"ratio_to_raw", t_raw01.median / t_resplit.median}},
-                {}});
-    report.add({"redistribution",
-                "resplit 0->1 " + size,
-                "MPI_Alltoallv",
-                t_raw01,
-                {{"bytes_per_s", bytes / t_raw01.median}},
-                {}});
-
-    // balance of an unbalanced layout (rank r holds a share proportional to r + 1)
+    // Layout changes: kvmap against both hand-written exchanges, each checked first.
     std::vector<std::int64_t> counts(P);
     std::int64_t left = rows;
-    for (int r = 0; r < P; ++r) {
+    for (int r = 0; r < P; ++r) {  // rank r holds a share proportional to r + 1
       counts[r] = r == P - 1 ? left : rows * (r + 1) / (P * (P + 1) / 2);
       left -= counts[r];
     }
-    View u = a.redistribute(Layout::from_counts({rows, cols}, 0, counts));
-    require_same(at::equal(u.balance().local(), expect_local(a)), "redistribution", "balance");
-    RawExchange xb = raw_exchange(u.layout(), a.layout(), me, P, 8);
-    run_alltoallv(comm, xb);
-    require_same(raw_exchange_ok(xb, me, P), "redistribution", "MPI_Alltoallv");
-    const auto tb = measure_interleaved(
-        comm, report.settings(), {[&] { View b = u.balance(); }, [&] { run_alltoallv(comm, xb); }},
-        reps);
-    const Timing &t_balance = tb[0], &t_rawb = tb[1];
-    report.add({"redistribution",
-                "balance " + size,
-                "kvmap balance",
-                t_balance,
-                {{"bytes_per_s", bytes / t_balance.median},
-                 {"ratio_to_raw", t_rawb.median / t_balance.median}},
-                {}});
-    report.add({"redistribution",
-                "balance " + size,
-                "MPI_Alltoallv",
-                t_rawb,
-                {{"bytes_per_s", bytes / t_rawb.median}},
-                {}});
+    const View u = a.redistribute(Layout::from_counts({rows, cols}, 0, counts));
+    const View b1 = a.resplit(1);
+    struct Change {
+      std::string name;
+      const View& from;
+      Layout to;
+      std::function<View()> op;
+    };
+    const std::vector<Change> changes = {
+        {"resplit 0->1", a, Layout::balanced({rows, cols}, 1, P), [&] { return a.resplit(1); }},
+        {"resplit 1->0", b1, a.layout(), [&] { return b1.resplit(0); }},
+        {"balance", u, a.layout(), [&] { return u.balance(); }},
+    };
+    for (const Change& c : changes) {
+      require_same(at::equal(c.op().local(), expect(c.to)), "redistribution", "kvmap " + c.name);
+      at::Tensor dst = at::empty(c.to.lshape(me), at::kDouble);
+      HandExchange hand(comm, c.from.layout(), c.to, data_of(c.from),
+                        static_cast<double*>(dst.data_ptr()));
+      dst.zero_();
+      hand.alltoallv();
+      require_same(at::equal(dst, expect(c.to)), "redistribution", "pack + MPI_Alltoallv");
+      dst.zero_();
+      hand.alltoallw();
+      require_same(at::equal(dst, expect(c.to)), "redistribution", "MPI_Alltoallw");
+      report_case(report, c.name + " " + size, bytes,
+                  {"kvmap " + c.name.substr(0, c.name.find(' ')), [&] { View v = c.op(); }},
+                  {{"pack + MPI_Alltoallv + unpack", [&] { hand.alltoallv(); }},
+                   {"MPI_Alltoallw(subarray)", [&] { hand.alltoallw(); }}},
+                  copy_shard, reps);
+    }
 
-    // allgather
-    require_same(at::equal(a.allgather(), full), "redistribution", "allgather");
+    // allgather and gather of a split-0 array: each rank's rows are contiguous, so the
+    // references are MPI's own collectives on the shard, no packing.
     std::vector<int> gc(P), gd(P);
     for (int r = 0; r < P; ++r) {
-      gc[r] = static_cast<int>(a.layout().count(r) * cols * 8);
-      gd[r] = static_cast<int>(a.layout().offset(r) * cols * 8);
+      gc[r] = static_cast<int>(a.layout().count(r) * cols);
+      gd[r] = static_cast<int>(a.layout().offset(r) * cols);
     }
-    std::vector<char> gathered(static_cast<std::size_t>(bytes));
-    const at::Tensor mine = a.local();
-    const auto tag =
-        measure_interleaved(comm, report.settings(),
-                            {[&] { (void)a.allgather(); },
-                             [&] {
-                               MPI_Allgatherv(mine.data_ptr(), gc[me], MPI_BYTE, gathered.data(),
-                                              gc.data(), gd.data(), MPI_BYTE, comm.raw());
-                             }},
-                            reps);
-    const Timing &t_ag = tag[0], &t_rawag = tag[1];
-    require_same(std::memcmp(gathered.data(), full.data_ptr(), gathered.size()) == 0,
-                 "redistribution", "MPI_Allgatherv");
-    report.add(
-        {"redistribution",
-         "allgather " + size,
-         "kvmap allgather",
-         t_ag,
-         {{"bytes_per_s", bytes / t_ag.median}, {"ratio_to_raw", t_rawag.median / t_ag.median}},
-         {}});
-    report.add({"redistribution",
-                "allgather " + size,
-                "MPI_Allgatherv",
-                t_rawag,
-                {{"bytes_per_s", bytes / t_rawag.median}},
-                {}});
-
-    // gather to rank 0
+    at::Tensor gathered = at::empty({rows, cols}, at::kDouble);
+    const double* mine = data_of(a);
+    auto* out = static_cast<double*>(gathered.data_ptr());
+    const CopyKernel copy_full(static_cast<std::size_t>(bytes));
+    require_same(at::equal(a.allgather(), full), "redistribution", "allgather");
+    MPI_Allgatherv(mine, gc[me], MPI_DOUBLE, out, gc.data(), gd.data(), MPI_DOUBLE, comm.raw());
+    require_same(at::equal(gathered, full), "redistribution", "MPI_Allgatherv");
+    report_case(report, "allgather " + size, bytes,
+                {"kvmap allgather", [&] { (void)a.allgather(); }},
+                {{"MPI_Allgatherv",
+                  [&] {
+                    MPI_Allgatherv(mine, gc[me], MPI_DOUBLE, out, gc.data(), gd.data(), MPI_DOUBLE,
+                                   comm.raw());
+                  }}},
+                copy_full, reps);
+    gathered.zero_();
     const at::Tensor g = a.gather(0);
     require_same(me != 0 || at::equal(g, full), "redistribution", "gather");
-    const auto tg =
-        measure_interleaved(comm, report.settings(),
-                            {[&] { (void)a.gather(0); },
-                             [&] {
-                               MPI_Gatherv(mine.data_ptr(), gc[me], MPI_BYTE, gathered.data(),
-                                           gc.data(), gd.data(), MPI_BYTE, 0, comm.raw());
-                             }},
-                            reps);
-    const Timing &t_g = tg[0], &t_rawg = tg[1];
-    report.add({"redistribution",
-                "gather " + size,
-                "kvmap gather",
-                t_g,
-                {{"bytes_per_s", bytes / t_g.median}, {"ratio_to_raw", t_rawg.median / t_g.median}},
-                {}});
-    report.add({"redistribution",
-                "gather " + size,
-                "MPI_Gatherv",
-                t_rawg,
-                {{"bytes_per_s", bytes / t_rawg.median}},
-                {}});
+    MPI_Gatherv(mine, gc[me], MPI_DOUBLE, out, gc.data(), gd.data(), MPI_DOUBLE, 0, comm.raw());
+    require_same(me != 0 || at::equal(gathered, full), "redistribution", "MPI_Gatherv");
+    report_case(report, "gather " + size, bytes, {"kvmap gather", [&] { (void)a.gather(0); }},
+                {{"MPI_Gatherv",
+                  [&] {
+                    MPI_Gatherv(mine, gc[me], MPI_DOUBLE, out, gc.data(), gd.data(), MPI_DOUBLE, 0,
+                                comm.raw());
+                  }}},
+                copy_full, reps);
   }
 }
 

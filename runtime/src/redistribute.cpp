@@ -185,6 +185,61 @@ Side plan_side(const Impl::LocalBlock& block, const Box& whole, const std::vecto
   return side;
 }
 
+// One MPI datatype per peer for a sub-box of a block (hvectors over its strides, the
+// contiguous innermost run as one piece, placed at the box's byte offset): MPI reads and
+// writes the blocks in place and packs itself. Freed with the exchange.
+class BoxTypes {
+ public:
+  explicit BoxTypes(std::size_t n) : types_(n, MPI_DATATYPE_NULL) {}
+  ~BoxTypes() {
+    for (MPI_Datatype& t : types_) {
+      if (t != MPI_DATATYPE_NULL) MPI_Type_free(&t);
+    }
+  }
+  BoxTypes(const BoxTypes&) = delete;
+  BoxTypes& operator=(const BoxTypes&) = delete;
+  BoxTypes(BoxTypes&& other) noexcept : types_(std::move(other.types_)) { other.types_.clear(); }
+  BoxTypes& operator=(BoxTypes&&) = delete;
+
+  void set(std::size_t peer, const Impl::LocalBlock& block, const Box& whole, const Box& sub,
+           std::size_t itemsize) {
+    if (sub.volume() == 0) return;
+    const auto ext = sub.extents();
+    int d = static_cast<int>(ext.size()) - 1;
+    std::int64_t run = static_cast<std::int64_t>(itemsize);
+    while (d >= 0 &&
+           (ext[d] == 1 || block.strides[d] * static_cast<std::int64_t>(itemsize) == run)) {
+      run *= ext[d];
+      --d;
+    }
+    MPI_Datatype t = MPI_DATATYPE_NULL;
+    check(MPI_Type_contiguous(static_cast<int>(run), MPI_BYTE, &t));
+    for (; d >= 0; --d) {
+      if (ext[d] == 1) continue;
+      MPI_Datatype outer = MPI_DATATYPE_NULL;
+      check(MPI_Type_create_hvector(
+          static_cast<int>(ext[d]), 1,
+          static_cast<MPI_Aint>(block.strides[d]) * static_cast<MPI_Aint>(itemsize), t, &outer));
+      MPI_Type_free(&t);
+      t = outer;
+    }
+    int one = 1;
+    const auto at = static_cast<MPI_Aint>(offset_bytes(block, whole, sub, itemsize));
+    MPI_Datatype placed = MPI_DATATYPE_NULL;
+    check(MPI_Type_create_struct(1, &one, &at, &t, &placed));
+    MPI_Type_free(&t);
+    check(MPI_Type_commit(&placed));
+    types_[peer] = placed;
+  }
+  const std::vector<MPI_Datatype>& types() const { return types_; }
+
+ private:
+  static void check(int rc) {
+    KVMAP_CHECK(rc == MPI_SUCCESS, Error, "kvmap: building an MPI datatype failed (" << rc << ")");
+  }
+  std::vector<MPI_Datatype> types_;
+};
+
 // Moving src's data into a fresh DistView of layout `target`, planned: the destination and
 // every scratch buffer are allocated by plan_exchange (before the agreement), so that
 // run_exchange (after it) only runs kernels and MPI.
@@ -205,6 +260,12 @@ struct Exchange {
   std::optional<Scratch<M>> send_buf, recv_buf;
   // Staged exchanges: MPI's copies of send_buf and recv_buf in host memory.
   std::optional<Scratch<Kokkos::HostSpace>> send_host, recv_host;
+  // All-to-all on host-readable memory within MPI's count limit: MPI packs (MPI_Alltoallw
+  // with a datatype per peer), no scratch buffers.
+  std::optional<BoxTypes> send_types, recv_types;
+  // The bytes MPI copies on kvmap's behalf there, counted as the packed path counts its
+  // kernels: the local part, and each side that is not read (written) in place.
+  std::size_t copied_by_mpi = 0;
 };
 
 // MPI's send and receive memory: the packed buffers where a side is not read in place, and
@@ -257,9 +318,6 @@ Exchange<M> plan_exchange(const DistView<M>& src, const Layout& target) {
     x.send_boxes[p] = intersect(x.my_src, held(target, p));
     x.recv_boxes[p] = intersect(held(S, p), x.my_dst);
   }
-  // The local part is copied directly, the rest exchanged.
-  x.send = plan_side(x.src_block, x.my_src, x.send_boxes, me, itemsize, false, staged);
-  x.recv = plan_side(x.dst, x.my_dst, x.recv_boxes, me, itemsize, false, staged);
   // A bound every rank computes alike: no rank sends or receives beyond its dense blocks.
   for (int r = 0; r < P; ++r) {
     x.global_max = std::max<std::size_t>(
@@ -267,6 +325,25 @@ Exchange<M> plan_exchange(const DistView<M>& src, const Layout& target) {
         static_cast<std::size_t>(std::max(held(S, r).volume(), held(target, r).volume())) *
             itemsize);
   }
+  // MPI packs straight from the source block into the destination block where it reads the
+  // memory and every message fits one MPI call: measured faster than packing into buffers
+  // (perf/, scenario redistribution). The local part is copied by a kernel either way.
+  if (!staged && Impl::is_host_accessible<M> && x.global_max <= Impl::mpi_count_limit()) {
+    x.send_types.emplace(P);
+    x.recv_types.emplace(P);
+    for (int p = 0; p < P; ++p) {
+      x.send_types->set(p, x.src_block, x.my_src, x.send_boxes[p], itemsize);
+      x.recv_types->set(p, x.dst, x.my_dst, x.recv_boxes[p], itemsize);
+    }
+    const Side send = plan_side(x.src_block, x.my_src, x.send_boxes, me, itemsize, false, false);
+    const Side recv = plan_side(x.dst, x.my_dst, x.recv_boxes, me, itemsize, false, false);
+    x.copied_by_mpi = static_cast<std::size_t>(x.send_boxes[me].volume()) * itemsize +
+                      (send.direct ? 0 : send.total) + (recv.direct ? 0 : recv.total);
+    return x;
+  }
+  // The local part is copied directly, the rest exchanged.
+  x.send = plan_side(x.src_block, x.my_src, x.send_boxes, me, itemsize, false, staged);
+  x.recv = plan_side(x.dst, x.my_dst, x.recv_boxes, me, itemsize, false, staged);
   allocate_buffers(x, staged);
   return x;
 }
@@ -305,6 +382,10 @@ DistView<M> run_exchange(Exchange<M>& x) {
                      x.recv_boxes[r], x.dst, x.my_dst, x.recv_boxes[r], itemsize);
       }
     }
+  } else if (x.send_types) {
+    exec.fence();  // every kernel's writes to the source before MPI reads it
+    comm.alltoallw(src.data, x.send_types->types(), x.dst.data, x.recv_types->types());
+    Impl::count_bytes_copied(x.copied_by_mpi);
   } else {
     const unsigned char* send_base = static_cast<const unsigned char*>(src.data);
     unsigned char* recv_base = static_cast<unsigned char*>(x.dst.data);
@@ -342,6 +423,8 @@ DistView<M> run_exchange(Exchange<M>& x) {
   x.recv_buf.reset();
   x.send_host.reset();
   x.recv_host.reset();
+  x.send_types.reset();
+  x.recv_types.reset();
   return Impl::DistViewAccess::make<M>(x.target, x.src.dtype(), comm, std::move(x.dst));
 }
 

@@ -83,6 +83,10 @@ class Comm {
                        const std::vector<std::size_t>& send_displs, void* recv,
                        const std::vector<std::size_t>& recv_counts,
                        const std::vector<std::size_t>& recv_displs, std::size_t global_max) const;
+  // All-to-all where MPI packs: one datatype per peer (MPI_DATATYPE_NULL: nothing to or
+  // from that peer), each placing its bytes relative to `send` / `recv` (MPI_Alltoallw).
+  void alltoallw(const void* send, const std::vector<MPI_Datatype>& send_types, void* recv,
+                 const std::vector<MPI_Datatype>& recv_types) const;
   // Byte-wise all-gather of variable-size blocks (counts/displs known on every rank).
   void allgatherv_bytes(const void* send, std::size_t send_count, void* recv,
                         const std::vector<std::size_t>& counts,
