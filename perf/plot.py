@@ -1,10 +1,14 @@
 #!/usr/bin/env python3
-"""Turns kvmap-perf's JSON lines into PNG figures.
+"""Turns kvmap-perf's (and perf/heat_vs_kvmap.py's) JSON lines into PNG figures.
 
-    /usr/bin/python3 perf/plot.py results.json [--out DIR]
+    /usr/bin/python3 perf/plot.py results.json [more.json ...] [--out DIR]
 
 Writes overhead.png (time per call vs batch size), chunks.png (time and peak memory vs
-chunk size) and scaling.png (efficiency vs ranks) into DIR (default: next to the JSON).
+chunk size) and scaling.png (efficiency vs ranks) into DIR (default: next to the first
+JSON), and heat_vs_kvmap.png (Heat's vmap vs kvmap's: time per call and their ratio vs
+batch size) for records of perf/heat_vs_kvmap.py. Several files are plotted together
+(e.g. runs at 1 and 2 ranks): overhead.png then has one line per contender and rank count,
+and chunks.png and scaling.png come from the file with the most ranks that has them.
 """
 import argparse
 import collections
@@ -22,8 +26,22 @@ def load(path):
         return [json.loads(line) for line in f if line.strip()]
 
 
+def ranks_of(r):
+    return int(r["machine"]["ranks"]) if "machine" in r else int(r.get("ranks", 0))
+
+
+def from_one_file(rows):
+    """The rows of the file with the most ranks (files are numbered in "_file" by main)."""
+    if not rows:
+        return rows
+    best = max(rows, key=lambda r: (ranks_of(r), -r["_file"]))["_file"]
+    return [r for r in rows if r["_file"] == best]
+
+
 def machine_line(records):
     m = records[0]["machine"]
+    ranks = sorted({ranks_of(r) for r in records})
+    m = dict(m, ranks=",".join(str(n) for n in ranks))
     return "{date}, {host}: {cores} cores, {ranks} ranks, Kokkos {kokkos_backend}, LibTorch {libtorch}".format(**m)
 
 
@@ -31,13 +49,15 @@ def plot_overhead(records, out):
     rows = [r for r in records if r["scenario"] == "overhead"]
     if not rows:
         return None
+    several = len({ranks_of(r) for r in rows}) > 1
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for ax, fn in zip(axes, sorted({r["case"].split(" n=")[0] for r in rows})):
         series = collections.defaultdict(list)
         for r in rows:
             name, n = r["case"].split(" n=")
             if name == fn:
-                series[r["contender"]].append((int(n), r["median_s"]))
+                label = r["contender"] + (" (%d ranks)" % ranks_of(r) if several else "")
+                series[label].append((int(n), r["median_s"]))
         for contender, pts in sorted(series.items()):
             pts.sort()
             ax.loglog([p[0] for p in pts], [p[1] for p in pts], marker="o", label=contender)
@@ -46,7 +66,7 @@ def plot_overhead(records, out):
         ax.set_ylabel("time per call (s)")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
-    fig.suptitle("kvmap-perf overhead — " + machine_line(records), fontsize=9)
+    fig.suptitle("kvmap-perf overhead — " + machine_line(rows), fontsize=9)
     fig.tight_layout()
     path = os.path.join(out, "overhead.png")
     fig.savefig(path, dpi=110)
@@ -55,7 +75,7 @@ def plot_overhead(records, out):
 
 def plot_chunks(records, out):
     # One chunk at a time: the rows with "concurrency" in their name compare chunks in flight.
-    rows = [r for r in records if r["scenario"] == "chunks" and "time_over_unchunked" in r]
+    rows = from_one_file([r for r in records if r["scenario"] == "chunks" and "time_over_unchunked" in r])
     if not rows:
         return None
 
@@ -72,7 +92,7 @@ def plot_chunks(records, out):
     ax2 = ax.twinx()
     ax2.semilogx(xs, [r["peak_extra_mib"] for r in rows], marker="s", color="C1")
     ax2.set_ylabel("peak extra memory (MiB)", color="C1")
-    ax.set_title("chunks — " + machine_line(records), fontsize=8)
+    ax.set_title("chunks — " + machine_line(rows), fontsize=8)
     fig.tight_layout()
     path = os.path.join(out, "chunks.png")
     fig.savefig(path, dpi=110)
@@ -80,7 +100,7 @@ def plot_chunks(records, out):
 
 
 def plot_scaling(records, out):
-    rows = [r for r in records if r["scenario"] == "scaling"]
+    rows = from_one_file([r for r in records if r["scenario"] == "scaling"])
     if not rows:
         return None
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -91,22 +111,82 @@ def plot_scaling(records, out):
     ax.set_ylabel("parallel efficiency")
     ax.set_ylim(0, 1.2)
     ax.legend()
-    ax.set_title("scaling — " + machine_line(records), fontsize=8)
+    ax.set_title("scaling — " + machine_line(rows), fontsize=8)
     fig.tight_layout()
     path = os.path.join(out, "scaling.png")
     fig.savefig(path, dpi=110)
     return path
 
 
+def plot_heat_vs_kvmap(records, out):
+    """perf/heat_vs_kvmap.py: time per call and Heat/kvmap vs the local batch."""
+    rows = [r for r in records if r["scenario"] == "heat_vs_kvmap"]
+    if not rows:
+        return None
+    contenders = ["heat.vmap", "kvmap.vmap", "torch.vmap (local)", "direct batched"]
+    contenders += sorted({r["contender"] for r in rows} - set(contenders))
+    rank_counts = sorted({r["ranks"] for r in rows})
+    markers = "osD^v<>"
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    series = collections.defaultdict(list)
+    for r in rows:
+        series[(r["contender"], r["ranks"], r["chunk_size"])].append((r["batch"], r["median_s"]))
+    for (contender, ranks, chunk), pts in sorted(series.items(), key=lambda kv: (
+            contenders.index(kv[0][0]), kv[0][1], kv[0][2] or 0)):
+        pts.sort()
+        ax.loglog([p[0] for p in pts], [p[1] for p in pts], color="C%d" % contenders.index(contender),
+                  marker=markers[rank_counts.index(ranks) % len(markers)], linestyle="--" if chunk else "-",
+                  label="%s, %d rank%s%s" % (contender, ranks, "s" if ranks > 1 else "",
+                                              ", chunk %d" % chunk if chunk else ""))
+    ax.set_xlabel("local batch (samples per rank)")
+    ax.set_ylabel("time per call (s, median, slowest rank)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=6, ncol=2)
+    medians = {(r["contender"], r["ranks"], r["chunk_size"], r["batch"]): r["median_s"] for r in rows}
+    for i, ranks in enumerate(rank_counts):
+        for chunk in sorted({r["chunk_size"] or 0 for r in rows if r["ranks"] == ranks}):
+            chunk = chunk or None
+            pts = sorted((b, medians[("heat.vmap", n, c, b)] / medians[("kvmap.vmap", n, c, b)])
+                         for (name, n, c, b) in medians
+                         if name == "heat.vmap" and n == ranks and c == chunk
+                         and ("kvmap.vmap", n, c, b) in medians)
+            if pts:
+                ax2.semilogx([p[0] for p in pts], [p[1] for p in pts], color="C%d" % i,
+                             marker=markers[i % len(markers)], linestyle="--" if chunk else "-",
+                             label="%d rank%s%s" % (ranks, "s" if ranks > 1 else "",
+                                                    ", chunk %d" % chunk if chunk else ""))
+    ax2.axhline(3.0, color="gray", linestyle=":", label="3x")
+    ax2.axhline(1.0, color="black", linewidth=0.8)
+    ax2.set_ylim(bottom=0)
+    ax2.set_xlabel("local batch (samples per rank)")
+    ax2.set_ylabel("Heat / kvmap (time per call)")
+    ax2.grid(True, which="both", alpha=0.3)
+    ax2.legend(fontsize=7)
+    r0 = rows[0]
+    fig.suptitle("heat.vmap vs kvmap.vmap, f = %s, %d features%s — %s, %s: %s cores, OMP_NUM_THREADS=%s, "
+                 "torch %s, Heat %s, kvmap %s" % (
+                     r0["function"], r0["features"],
+                     " (--quick: smoke test)" if any(r.get("quick") for r in rows) else "",
+                     r0["date"], r0["hostname"], r0["cores"], r0["omp_num_threads"], r0["torch"],
+                     r0["heat"], r0["kvmap"]), fontsize=8)
+    fig.tight_layout()
+    path = os.path.join(out, "heat_vs_kvmap.png")
+    fig.savefig(path, dpi=110)
+    return path
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("json")
+    ap.add_argument("json", nargs="+")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
-    out = args.out or os.path.dirname(os.path.abspath(args.json))
+    out = args.out or os.path.dirname(os.path.abspath(args.json[0]))
     os.makedirs(out, exist_ok=True)
-    records = load(args.json)
-    for path in (plot_overhead(records, out), plot_chunks(records, out), plot_scaling(records, out)):
+    records = []
+    for i, path in enumerate(args.json):
+        records += [dict(r, _file=i) for r in load(path)]
+    for path in (plot_overhead(records, out), plot_chunks(records, out), plot_scaling(records, out),
+                 plot_heat_vs_kvmap(records, out)):
         if path:
             print(path)
 

@@ -2,16 +2,18 @@
 
 Heat-compatible spelling: ``kvmap.array``, ``kvmap.zeros/ones/arange``,
 ``kvmap.random.rand/randn``, ``DistView.larray/gshape/lshape/split/...`` and
-``kvmap.vmap(func, out_dims=0, randomness="error", *, chunk_size=None)``.
+``kvmap.vmap(func, out_dims=0, randomness="error", *, chunk_size=None)``;
+``kvmap.from_heat(x)`` and ``DistView.to_heat()`` share memory with Heat's DNDarrays.
 """
 import atexit as _atexit
 import math as _math
 import numbers as _numbers
+import sys as _sys
 
 import torch as _torch  # noqa: F401  (registers torch's Python types before the extension)
 from mpi4py import MPI as _MPI  # noqa: F401  (initializes MPI; kvmap never finalizes it)
 
-from . import _kvmap
+from . import _comms, _kvmap
 from ._kvmap import DistView, Error, RemoteError, build_info, version
 
 _kvmap._initialize()
@@ -26,7 +28,7 @@ def _finalize():
 
 
 __all__ = ["DistView", "Error", "RemoteError", "array", "zeros", "ones", "full", "arange",
-           "vmap", "random", "manual_seed", "dot", "nrm2", "stats", "reset_stats",
+           "vmap", "random", "from_heat", "manual_seed", "dot", "nrm2", "stats", "reset_stats",
            "version", "build_info"]
 __version__ = version()
 
@@ -50,20 +52,20 @@ def array(obj, split=None, is_split=None, comm=None):
                          "is_split=%r" % (split, is_split))
     t = obj if isinstance(obj, _torch.Tensor) else _torch.as_tensor(obj)
     if is_split is not None:
-        return _kvmap._from_local(t, is_split, comm)
-    return _kvmap._from_global(t, split, comm)
+        return _comms.remember(_kvmap._from_local(t, is_split, comm), comm)
+    return _comms.remember(_kvmap._from_global(t, split, comm), comm)
 
 
 def full(shape, fill_value, dtype=None, split=None, comm=None):
-    return _kvmap._full(_shape((shape,)), float(fill_value), dtype, split, comm)
+    return _comms.remember(_kvmap._full(_shape((shape,)), float(fill_value), dtype, split, comm), comm)
 
 
 def zeros(*shape, dtype=None, split=None, comm=None):
-    return _kvmap._full(_shape(shape), 0.0, dtype, split, comm)
+    return _comms.remember(_kvmap._full(_shape(shape), 0.0, dtype, split, comm), comm)
 
 
 def ones(*shape, dtype=None, split=None, comm=None):
-    return _kvmap._full(_shape(shape), 1.0, dtype, split, comm)
+    return _comms.remember(_kvmap._full(_shape(shape), 1.0, dtype, split, comm), comm)
 
 
 def _arange_arg(a):
@@ -109,10 +111,10 @@ def arange(*args, dtype=None, split=None, comm=None):
     index = _kvmap._arange(n, work, split, comm)  # 0 .. n-1 with kvmap's layout
     values = index.larray.mul_(step).add_(start)
     if values.dtype == dtype:
-        return index
+        return _comms.remember(index, comm)
     if split is None:
-        return _kvmap._from_global(values.to(dtype), None, comm)
-    return _kvmap._from_local(values.to(dtype), split, comm)
+        return _comms.remember(_kvmap._from_global(values.to(dtype), None, comm), comm)
+    return _comms.remember(_kvmap._from_local(values.to(dtype), split, comm), comm)
 
 
 def manual_seed(seed, comm=None):
@@ -143,6 +145,100 @@ def _numpy(self):
 
 
 DistView.numpy = _numpy
+
+
+def _heat():
+    heat = _sys.modules.get("heat")
+    if heat is None:
+        try:
+            import heat
+        except ImportError as e:
+            raise ImportError("kvmap: DistView.to_heat needs Heat (pip install heat)") from e
+    return heat
+
+
+def from_heat(x):
+    """A DistView sharing the memory of the heat.DNDarray ``x`` (collective over ``x.comm``).
+
+    Zero copy: the DistView's shard is ``x.larray``'s storage, so writes on either side are
+    seen by the other. The split axis, the per-rank counts (unbalanced and empty shards
+    included) and the communicator are ``x``'s; ``x.split is None`` gives a replicated
+    DistView. Only shape metadata is exchanged.
+    """
+    heat = _sys.modules.get("heat")  # a DNDarray exists only once Heat is imported
+    if heat is None or not isinstance(x, heat.DNDarray):
+        raise TypeError("kvmap.from_heat: expected a heat.DNDarray, got %s" % type(x).__name__)
+    local = x.larray
+    if local.device.type != "cpu":
+        raise ValueError("kvmap.from_heat: kvmap's Python DistViews live in host memory, but the "
+                         "DNDarray is on %s (x.cpu() moves it)" % local.device)
+    view = _kvmap._from_local(local, x.split, x.comm.handle)
+    if tuple(view.gshape) != tuple(x.gshape):  # the same on every rank
+        raise ValueError("kvmap.from_heat: the DNDarray's local shards make up the shape %s, but its "
+                         "gshape is %s" % (tuple(view.gshape), tuple(x.gshape)))
+    return _comms.remember(view, x.comm)
+
+
+def _heat_comm(heat, view, comm):
+    """Heat's communication object for ``view``: ``comm``, else the one the DistView was made
+    on (Heat's own for ``from_heat``), else Heat's MPI_WORLD (kvmap's default is COMM_WORLD)."""
+    hcomm = heat.core.communication
+    if comm is None:
+        comm = _comms.lookup(view)
+    if comm is None:
+        result = hcomm.MPI_WORLD
+    elif isinstance(comm, hcomm.Communication):
+        result = comm
+    elif isinstance(comm, _MPI.Comm):
+        if comm == _MPI.COMM_NULL:
+            raise ValueError("DistView.to_heat: the DistView's communicator was freed; pass comm= "
+                             "(an mpi4py communicator or Heat's communication of the same ranks)")
+        if comm == _MPI.COMM_WORLD:
+            result = hcomm.MPI_WORLD
+        elif comm == _MPI.COMM_SELF:
+            result = hcomm.MPI_SELF
+        else:
+            # Heat frees the handle it wraps when its object dies: give it a duplicate.
+            result = hcomm.MPICommunication(comm.Dup())
+            _comms.remember(view, result)
+    else:
+        raise TypeError("DistView.to_heat: comm must be None, an mpi4py.MPI.Comm or a Heat "
+                        "communication, got %s" % type(comm).__name__)
+    if result.size != view.comm_size or result.rank != view.comm_rank:
+        raise ValueError("DistView.to_heat: the communicator has rank %s of %s, the DistView rank %d "
+                         "of %d" % (result.rank, result.size, view.comm_rank, view.comm_size))
+    return result
+
+
+def _to_heat(self, comm=None):
+    """A heat.DNDarray sharing this DistView's memory: no copy, no communication.
+
+    Split axis, per-rank counts and communicator carry over (``comm`` overrides the one the
+    DistView was made on; an mpi4py communicator other than COMM_WORLD/COMM_SELF is
+    duplicated once, collectively, since Heat frees the handles it holds).
+    """
+    heat = _heat()
+    hc = _heat_comm(heat, self, comm)
+    try:
+        dtype = heat.core.types.canonical_heat_type(self.dtype)
+    except TypeError as e:
+        raise TypeError("DistView.to_heat: Heat has no dtype for %s" % self.dtype) from e
+    gshape, split = tuple(self.gshape), self.split
+    lshape_map = self.lshape_map  # kvmap knows every rank's shape: no collective
+    if split is None:
+        balanced = True
+    else:
+        balanced = all(hc.chunk(gshape, split, rank=r)[1][split] == int(lshape_map[r, split])
+                       for r in range(hc.size))
+    out = heat.DNDarray(self.larray, gshape, dtype, split, heat.cpu, hc, balanced)
+    # Heat's constructor takes no shape map; prime its cache (a private attribute) where this
+    # Heat version has one, so that Heat needs no collective to learn the counts either.
+    if hasattr(out, "_DNDarray__lshape_map"):
+        out._DNDarray__lshape_map = lshape_map
+    return out
+
+
+DistView.to_heat = _to_heat
 
 from . import random  # noqa: E402
 from ._vmap import vmap  # noqa: E402

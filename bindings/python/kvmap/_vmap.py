@@ -1,5 +1,5 @@
 """kvmap.vmap with Heat's signature and argument checks, running kvmap's C++ scheduler."""
-from . import _kvmap
+from . import _comms, _kvmap
 
 _RANDOMNESS = ("error", "same", "different")
 
@@ -32,16 +32,13 @@ def vmap(func, out_dims=0, randomness="error", *, chunk_size=None):
         raise TypeError("kvmap.vmap: out_dims must be an int or a non-empty tuple of ints, got %r" % (out_dims,))
 
     def vmapped(*args, **kwargs):
-        for i, a in enumerate(args):
-            if not isinstance(a, _kvmap.DistView):
-                raise TypeError("kvmap.vmap: positional argument %d must be a kvmap.DistView, got %s "
-                                "(pass other arguments as keywords)" % (i, type(a).__name__))
+        # The C++ side checks that every positional argument is a DistView (TypeError).
         outputs = _kvmap._vmap_call(func, dims, randomness, chunk_size, *args, **kwargs)
         # The number of outputs is agreed across ranks, so every rank raises alike.
         if per_output and len(dims) != len(outputs):
             raise ValueError("kvmap.vmap: out_dims %r has %d entries but the function returned %d "
                              "outputs" % (tuple(out_dims), len(dims), len(outputs)))
-        return outputs
+        return _comms.inherit(outputs, args)
 
     vmapped.__wrapped__ = func
     vmapped.__doc__ = func.__doc__

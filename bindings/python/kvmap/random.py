@@ -1,5 +1,5 @@
 """Process-count-invariant random DistViews: values depend only on (seed, global index)."""
-from . import _kvmap
+from . import _comms, _kvmap
 
 
 def _shape(args):
@@ -10,9 +10,9 @@ def _shape(args):
 
 def rand(*shape, dtype=None, split=None, seed=None, comm=None):
     """Uniform in [0, 1)."""
-    return _kvmap._random("uniform", _shape(shape), dtype, split, seed, comm)
+    return _comms.remember(_kvmap._random("uniform", _shape(shape), dtype, split, seed, comm), comm)
 
 
 def randn(*shape, dtype=None, split=None, seed=None, comm=None):
     """Standard normal."""
-    return _kvmap._random("normal", _shape(shape), dtype, split, seed, comm)
+    return _comms.remember(_kvmap._random("normal", _shape(shape), dtype, split, seed, comm), comm)

@@ -1,0 +1,190 @@
+"""kvmap.from_heat and DistView.to_heat under mpirun: shared memory, layouts, communicators."""
+import pytest
+import torch
+from mpi4py import MPI
+
+import kvmap
+from conftest import loop_reference
+
+ht = pytest.importorskip("heat")
+
+P = MPI.COMM_WORLD.size
+ME = MPI.COMM_WORLD.rank
+# Uneven counts along the split axis: rank 1 holds nothing (from 2 ranks on).
+COUNTS = [(3 * r + 2) % 5 for r in range(P)]
+
+
+def everywhere(ok):
+    """True on every rank if ``ok`` holds on every rank: a rank-local check that fails on one
+    rank fails the test on all of them, instead of leaving the others in a collective."""
+    return MPI.COMM_WORLD.allreduce(bool(ok), op=MPI.LAND)
+
+
+def full_tensor(n, m=5, dtype=torch.float32, seed=0):
+    """The same global tensor on every rank."""
+    return torch.randn(n, m, generator=torch.Generator().manual_seed(seed), dtype=torch.float64).to(dtype)
+
+
+def uneven_heat(m=5, dtype=torch.float32, seed=0):
+    """A DNDarray split along 0 with COUNTS rows per rank, and its global tensor."""
+    full = full_tensor(sum(COUNTS), m, dtype, seed)
+    start = sum(COUNTS[:ME])
+    return ht.array(full[start:start + COUNTS[ME]].clone(), is_split=0), full
+
+
+def heat_global(x):
+    """The global array of a DNDarray on every rank (Heat's own redistribution)."""
+    return ht.resplit(x, None).larray
+
+
+def test_from_heat_shares_memory_and_copies_nothing():
+    x = ht.array(full_tensor(4 * P + 1), split=0)
+    before = kvmap.stats()
+    d = kvmap.from_heat(x)
+    assert everywhere(kvmap.stats()["bytes_copied"] == before["bytes_copied"])
+    assert everywhere(d.larray.data_ptr() == x.larray.data_ptr())
+    assert everywhere(d._local_address() == x.larray.data_ptr())
+    d.larray.fill_(7.0 + ME)  # written through kvmap, seen by Heat
+    assert everywhere(bool((x.larray == 7.0 + ME).all()))
+    x.larray[:] = -1.0  # and the other way round
+    assert everywhere(bool((d.larray == -1.0).all()))
+
+
+def test_to_heat_shares_memory_and_copies_nothing():
+    d = kvmap.random.randn(3 * P + 2, 4, split=0, seed=5)
+    before = kvmap.stats()
+    h = d.to_heat()
+    after = kvmap.stats()
+    assert everywhere(after["bytes_copied"] == before["bytes_copied"])
+    assert everywhere(after["collectives"] == before["collectives"])  # kvmap communicates nothing
+    assert everywhere(isinstance(h, ht.DNDarray))
+    assert everywhere(h.larray.data_ptr() == d.larray.data_ptr())
+    h.larray.mul_(0).add_(ME + 1)
+    assert everywhere(bool((d.larray == ME + 1).all()))
+    assert everywhere(torch.equal(heat_global(h), d.allgather()))
+
+
+@pytest.mark.parametrize("split", [0, 1])
+def test_split_gshape_and_lshape_carry_over(split):
+    full = full_tensor(2 * P + 1, 3 * P + 2, seed=11)
+    x = ht.array(full, split=split)
+    d = kvmap.from_heat(x)
+    assert d.split == split and tuple(d.gshape) == tuple(x.gshape)
+    assert everywhere(tuple(d.lshape) == tuple(x.lshape))
+    assert everywhere(torch.equal(d.lshape_map, x.lshape_map))
+    assert everywhere(torch.equal(d.allgather(), full))
+    h = d.to_heat()
+    assert h.split == split and tuple(h.gshape) == tuple(x.gshape)
+    assert everywhere(tuple(h.lshape) == tuple(x.lshape))
+    assert everywhere(torch.equal(h.lshape_map, x.lshape_map))
+    assert everywhere(h.balanced is True)
+    assert everywhere(h.is_balanced(force_check=True))
+    assert everywhere(torch.equal(heat_global(h), full))
+
+
+def test_unbalanced_and_empty_shards():
+    x, full = uneven_heat(seed=12)
+    expected_map = [[c, 5] for c in COUNTS]
+    d = kvmap.from_heat(x)
+    assert everywhere(d.lshape_map.tolist() == expected_map)
+    assert everywhere(tuple(d.lshape) == (COUNTS[ME], 5) and tuple(d.gshape) == (sum(COUNTS), 5))
+    assert everywhere(d.is_balanced() == x.is_balanced(force_check=True))
+    assert everywhere(torch.equal(d.allgather(), full))
+    h = d.to_heat()
+    assert everywhere(h.lshape_map.tolist() == expected_map)  # kvmap's counts, not Heat's even chunks
+    assert everywhere(h.balanced == x.is_balanced(force_check=True))
+    assert everywhere(h.larray.data_ptr() == x.larray.data_ptr() or COUNTS[ME] == 0)
+    assert everywhere(torch.equal(heat_global(h), full))
+    h.balance_()  # Heat redistributes from the counts it was given
+    assert everywhere(torch.equal(heat_global(h), full))
+    assert everywhere(h.is_balanced(force_check=True))
+
+
+def test_replicated():
+    full = full_tensor(6, seed=13)
+    x = ht.array(full)  # split None: every rank holds the whole array
+    d = kvmap.from_heat(x)
+    assert everywhere(d.split is None and tuple(d.lshape) == tuple(d.gshape) == (6, 5))
+    assert everywhere(d.larray.data_ptr() == x.larray.data_ptr())
+    h = d.to_heat()
+    assert everywhere(h.split is None and tuple(h.lshape) == (6, 5))
+    assert everywhere(h.larray.data_ptr() == x.larray.data_ptr())
+    assert everywhere(torch.equal(h.lshape_map, x.lshape_map))
+    h2 = kvmap.array(full).to_heat()  # a DistView replicated by kvmap
+    assert everywhere(h2.split is None and torch.equal(h2.larray, full))
+
+
+def test_round_trips_share_memory():
+    x, _ = uneven_heat(seed=14)
+    h = kvmap.from_heat(x).to_heat()
+    assert everywhere(h.larray.data_ptr() == x.larray.data_ptr() or COUNTS[ME] == 0)
+    assert everywhere(h.comm is x.comm and h.split == x.split and tuple(h.gshape) == tuple(x.gshape))
+    d = kvmap.random.rand(4 * P, 2, split=1, seed=3)
+    back = kvmap.from_heat(d.to_heat())
+    assert everywhere(back.larray.data_ptr() == d.larray.data_ptr())
+    assert everywhere(back.split == 1 and torch.equal(back.lshape_map, d.lshape_map))
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.int32, torch.bool, torch.complex64])
+def test_dtypes(dtype):
+    x = ht.array((full_tensor(2 * P, 3, seed=15) * 4).to(dtype), split=0)
+    d = kvmap.from_heat(x)
+    assert everywhere(d.dtype == dtype)
+    h = d.to_heat()
+    assert everywhere(h.dtype == x.dtype and h.larray.dtype == dtype)
+    assert everywhere(h.larray.data_ptr() == x.larray.data_ptr())
+
+
+def test_end_to_end_vmap():
+    # Heat array -> kvmap.vmap -> Heat array, against a per-sample loop on the gathered input.
+    x, _ = uneven_heat(m=8, seed=16)
+    W = torch.randn(8, 3, generator=torch.Generator().manual_seed(17))
+
+    def f(v, W=None):
+        return torch.tanh(v @ W).sum()
+
+    for chunk_size in (None, 2):
+        (e,) = kvmap.vmap(f, chunk_size=chunk_size)(kvmap.from_heat(x), W=W)
+        h = e.to_heat()
+        assert everywhere(h.split == 0 and tuple(h.gshape) == (sum(COUNTS),))
+        assert everywhere(h.lshape_map.tolist() == [[c] for c in COUNTS])
+        assert everywhere(h.comm is x.comm)
+        (ref,) = loop_reference(f, [heat_global(x)], [0], 0, W=W)
+        assert everywhere(torch.allclose(heat_global(h), ref, rtol=1e-5, atol=1e-5))
+        assert everywhere(torch.allclose(h.larray, ht.vmap(f)(x, W=W)[0].larray, rtol=1e-5, atol=1e-5))
+
+
+def test_communicators():
+    # A DistView knows the communicator it was made on; to_heat takes another one of the same
+    # ranks, and refuses one of other ranks.
+    half = MPI.COMM_WORLD.Split(ME % 2, ME)
+    full = full_tensor(3 * half.size, seed=18)
+    d = kvmap.array(full, split=0, comm=half)
+    h = d.to_heat()  # Heat gets its own duplicate of `half`
+    assert everywhere(h.comm.size == half.size and h.comm.rank == half.rank)
+    assert everywhere(torch.equal(heat_global(h), full))
+    (s,) = kvmap.vmap(lambda v: v.sum())(kvmap.from_heat(h))
+    assert everywhere(s.to_heat().comm is h.comm and s.comm_size == half.size)
+    assert everywhere(torch.allclose(heat_global(s.to_heat()), full.sum(1), atol=1e-5))
+    d2 = kvmap.array(full, split=0, comm=half)
+    half.Free()  # kvmap keeps its own duplicate; d2's Python record is now MPI.COMM_NULL
+    with pytest.raises(ValueError, match="freed"):
+        d2.to_heat()
+    assert everywhere(d2.to_heat(comm=h.comm).larray.data_ptr() == d2.larray.data_ptr())
+    assert everywhere(d.to_heat().comm is h.comm)  # d's duplicate for Heat, made once, outlives `half`
+    w = kvmap.zeros(2 * P, split=0).to_heat(comm=MPI.COMM_WORLD)
+    assert everywhere(w.comm is ht.communication.MPI_WORLD)
+    if P > 1:
+        with pytest.raises(ValueError, match="rank"):
+            kvmap.zeros(2 * P, split=0).to_heat(comm=MPI.COMM_SELF)
+
+
+def test_errors():
+    with pytest.raises(TypeError, match="heat.DNDarray"):
+        kvmap.from_heat(torch.zeros(3))
+    with pytest.raises(TypeError, match="heat.DNDarray"):
+        kvmap.from_heat(kvmap.zeros(3))
+    with pytest.raises(TypeError, match="comm"):
+        kvmap.zeros(3).to_heat(comm="world")
+    with pytest.raises(TypeError, match="dtype"):
+        kvmap.zeros(2 * P, dtype=torch.bfloat16, split=0).to_heat()
