@@ -38,7 +38,7 @@ as_root() {
 }
 
 packages=(
-  build-essential cmake ninja-build ccache pkg-config dpkg-dev clang-format
+  build-essential cmake ninja-build ccache pkg-config dpkg-dev clang-format valgrind
   libtorch-dev libopenblas0-openmp python3-matplotlib
   libopenmpi-dev openmpi-bin
   doctest-dev
