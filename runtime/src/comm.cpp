@@ -320,22 +320,17 @@ void Comm::alltoallv_bytes(const void* send, const std::vector<std::size_t>& sen
                      send_displs, static_cast<unsigned char*>(recv), recv_counts, recv_displs);
 }
 
-void Comm::alltoallw(const void* send, const std::vector<MPI_Datatype>& send_types, void* recv,
-                     const std::vector<MPI_Datatype>& recv_types) const {
+void Comm::alltoallw(const void* send, const PeerTypes& send_types, void* recv,
+                     const PeerTypes& recv_types) const {
   Impl::count_collective();
   const auto n = static_cast<std::size_t>(size_);
-  KVMAP_CHECK(send_types.size() == n && recv_types.size() == n, ValueError,
-              "kvmap: alltoallw needs one datatype per rank");
-  std::vector<int> sc(n), rc(n), zero(n, 0);
-  std::vector<MPI_Datatype> st(send_types), rt(recv_types);
-  for (std::size_t p = 0; p < n; ++p) {
-    sc[p] = st[p] == MPI_DATATYPE_NULL ? 0 : 1;
-    rc[p] = rt[p] == MPI_DATATYPE_NULL ? 0 : 1;
-    if (!sc[p]) st[p] = MPI_BYTE;
-    if (!rc[p]) rt[p] = MPI_BYTE;
+  for (const PeerTypes* t : {&send_types, &recv_types}) {
+    KVMAP_CHECK(t->counts.size() == n && t->displs.size() == n && t->types.size() == n, ValueError,
+                "kvmap: alltoallw needs one count, displacement and datatype per rank");
   }
-  check_mpi(MPI_Alltoallw(send, sc.data(), zero.data(), st.data(), recv, rc.data(), zero.data(),
-                          rt.data(), raw()),
+  check_mpi(MPI_Alltoallw(send, send_types.counts.data(), send_types.displs.data(),
+                          send_types.types.data(), recv, recv_types.counts.data(),
+                          recv_types.displs.data(), recv_types.types.data(), raw()),
             "MPI_Alltoallw");
 }
 

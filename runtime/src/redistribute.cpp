@@ -190,15 +190,21 @@ Side plan_side(const Impl::LocalBlock& block, const Box& whole, const std::vecto
 // writes the blocks in place and packs itself. Freed with the exchange.
 class BoxTypes {
  public:
-  explicit BoxTypes(std::size_t n) : types_(n, MPI_DATATYPE_NULL) {}
+  explicit BoxTypes(std::size_t n) {
+    peers_.counts.assign(n, 0);
+    peers_.displs.assign(n, 0);
+    peers_.types.assign(n, MPI_BYTE);
+  }
   ~BoxTypes() {
-    for (MPI_Datatype& t : types_) {
-      if (t != MPI_DATATYPE_NULL) MPI_Type_free(&t);
+    for (std::size_t p = 0; p < peers_.types.size(); ++p) {
+      if (peers_.counts[p] != 0) MPI_Type_free(&peers_.types[p]);
     }
   }
   BoxTypes(const BoxTypes&) = delete;
   BoxTypes& operator=(const BoxTypes&) = delete;
-  BoxTypes(BoxTypes&& other) noexcept : types_(std::move(other.types_)) { other.types_.clear(); }
+  BoxTypes(BoxTypes&& other) noexcept : peers_(std::move(other.peers_)) {
+    other.peers_ = Comm::PeerTypes{};
+  }
   BoxTypes& operator=(BoxTypes&&) = delete;
 
   void set(std::size_t peer, const Impl::LocalBlock& block, const Box& whole, const Box& sub,
@@ -229,15 +235,16 @@ class BoxTypes {
     check(MPI_Type_create_struct(1, &one, &at, &t, &placed));
     MPI_Type_free(&t);
     check(MPI_Type_commit(&placed));
-    types_[peer] = placed;
+    peers_.types[peer] = placed;
+    peers_.counts[peer] = 1;
   }
-  const std::vector<MPI_Datatype>& types() const { return types_; }
+  const Comm::PeerTypes& peers() const { return peers_; }
 
  private:
   static void check(int rc) {
     KVMAP_CHECK(rc == MPI_SUCCESS, Error, "kvmap: building an MPI datatype failed (" << rc << ")");
   }
-  std::vector<MPI_Datatype> types_;
+  Comm::PeerTypes peers_;
 };
 
 // Moving src's data into a fresh DistView of layout `target`, planned: the destination and
@@ -389,7 +396,7 @@ DistView<M> run_exchange(Exchange<M>& x) {
     }
   } else if (x.send_types) {
     exec.fence();  // every kernel's writes to the source before MPI reads it
-    comm.alltoallw(src.data, x.send_types->types(), x.dst.data, x.recv_types->types());
+    comm.alltoallw(src.data, x.send_types->peers(), x.dst.data, x.recv_types->peers());
     Impl::count_bytes_copied(x.copied_by_mpi);
   } else {
     const unsigned char* send_base = static_cast<const unsigned char*>(src.data);

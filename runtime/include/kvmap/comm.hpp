@@ -83,10 +83,16 @@ class Comm {
                        const std::vector<std::size_t>& send_displs, void* recv,
                        const std::vector<std::size_t>& recv_counts,
                        const std::vector<std::size_t>& recv_displs, std::size_t global_max) const;
-  // All-to-all where MPI packs: one datatype per peer (MPI_DATATYPE_NULL: nothing to or
-  // from that peer), each placing its bytes relative to `send` / `recv` (MPI_Alltoallw).
-  void alltoallw(const void* send, const std::vector<MPI_Datatype>& send_types, void* recv,
-                 const std::vector<MPI_Datatype>& recv_types) const;
+  // Per-peer arguments of MPI_Alltoallw, ready to pass: count 1 and a datatype that places
+  // its bytes relative to the buffer, or count 0 (nothing to or from that peer);
+  // displacements 0.
+  struct PeerTypes {
+    std::vector<int> counts, displs;
+    std::vector<MPI_Datatype> types;
+  };
+  // All-to-all where MPI packs (MPI_Alltoallw). Allocates nothing.
+  void alltoallw(const void* send, const PeerTypes& send_types, void* recv,
+                 const PeerTypes& recv_types) const;
   // Byte-wise all-gather of variable-size blocks (counts/displs known on every rank).
   void allgatherv_bytes(const void* send, std::size_t send_count, void* recv,
                         const std::vector<std::size_t>& counts,
