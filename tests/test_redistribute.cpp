@@ -272,7 +272,8 @@ TEST_CASE("redistribution counts the bytes it copies") {
   auto b = a.resplit(1);
   const auto after = kvmap::stats();
   CHECK(after.bytes_copied > before.bytes_copied);
-  CHECK(after.collectives > before.collectives);
+  // One agreement and the exchange's messages; nothing communicates on one rank.
+  CHECK(after.collectives - before.collectives == (nranks() > 1 ? 1u : 0u));
   CHECK(kvmap::stats().bytes_live >= 0);
 }
 

@@ -464,7 +464,7 @@ TEST_CASE("randomness modes") {
   (void)x;
 }
 
-TEST_CASE("one collective per call in Error and Different modes, none on one rank") {
+TEST_CASE("one collective per call in every randomness mode, none on one rank") {
   const int P = nranks(), me = rank();
   auto x = View::from_global(pattern({3 * P + 1, 4}, at::kFloat, 11), 0);
   auto w = View::from_global(pattern({4}, at::kFloat, 12), std::nullopt);
@@ -478,10 +478,11 @@ TEST_CASE("one collective per call in Error and Different modes, none on one ran
     return kvmap::stats().collectives - before;
   };
   const std::uint64_t one = P > 1 ? 1 : 0;
-  for (Randomness mode : {Randomness::Error, Randomness::Different}) {
+  for (Randomness mode : {Randomness::Error, Randomness::Different, Randomness::Same}) {
     for (std::optional<int64_t> cs : {std::optional<int64_t>(), std::optional<int64_t>(2)}) {
       INFO("randomness " << kvmap::name(mode) << ", chunk size " << cs.value_or(0));
       std::optional<std::tuple<View, View>> out;
+      at::manual_seed(5);  // every rank's generator alike: Same mode's usual case
       CHECK(collectives_of([&] {
               out = kvmap::vmap(f, VmapOptions().randomness(mode).chunk_size(cs))(x, w);
             }) == one);
@@ -506,16 +507,30 @@ TEST_CASE("one collective per call in Error and Different modes, none on one ran
           },
           {0}, "f failed on rank 0");
     });
-    // The agreement, then (only on failure) the failing ranks' messages to everyone: their
-    // lengths and their bytes.
-    CHECK(n == 3);
+    // The agreement, then (only on failure) every rank's status and fingerprint, and the
+    // first failing rank's message: its length and its bytes.
+    CHECK(n == 4);
   }
-  // Same mode keeps the arguments' agreement and the generator state broadcast before f.
+  // Same mode from different generator states: the agreement finds them different, rank 0's
+  // state is broadcast, f runs again from it and the results are agreed: three collectives,
+  // and every rank draws alike.
+  at::manual_seed(100 + me);
+  std::optional<View> drawn;
+  const View zeros = View::zeros({3 * P + 1, 4}, DType::Float32, 0);
   CHECK(collectives_of([&] {
-          (void)kvmap::vmap([](const at::Tensor& v) { return v * 2; },
-                            VmapOptions().randomness(Randomness::Same))(x);
+          drawn = kvmap::vmap([](const at::Tensor& v) { return v + at::rand({4}, v.options()); },
+                              VmapOptions().randomness(Randomness::Same))(zeros);
         }) == (P > 1 ? 3u : 0u));
+  const at::Tensor draws = drawn->allgather();
+  for (int64_t i = 1; i < draws.size(0); ++i) CHECK(at::equal(draws[i], draws[0]));
+  // Afterwards every rank's generator is in the same state: the next call needs one collective.
+  CHECK(collectives_of([&] {
+          (void)kvmap::vmap([](const at::Tensor& v) { return v + at::rand({4}, v.options()); },
+                            VmapOptions().randomness(Randomness::Same))(x);
+        }) == one);
 }
+
+
 
 TEST_CASE("sample_uniform / sample_normal do not depend on ranks or chunk sizes") {
   const int64_t n = 11;

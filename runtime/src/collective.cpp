@@ -7,59 +7,195 @@
 
 namespace kvmap::Impl {
 
-Signature::Signature(const char* op, const Comm& comm) : text_(op) {
-  text_.reserve(256);
-  text_ += "(";
+namespace {
+std::uint64_t hash_text(std::uint64_t h, const char* s) {
+  for (; *s != '\0'; ++s) h = (h ^ static_cast<unsigned char>(*s)) * 1099511628211ull;  // FNV-1a
+  return h;
+}
+}  // namespace
+
+Signature::Signature(const char* op, const Comm& comm)
+    : op_(op), hash_(hash_text(1469598103934665603ull, op)) {
   arg("comm", comm);
 }
 
-Signature& Signature::arg(const char* name, const std::string& value) {
-  if (!first_) text_ += ", ";
-  first_ = false;
-  text_ += name;
-  text_ += "=";
-  text_ += value;
+Signature::Arg& Signature::push(const char* name, Kind kind, std::uint64_t bits) {
+  hash_ = combine64(combine64(hash_, static_cast<std::uint64_t>(kind)), bits);
+  Arg* a = nullptr;
+  if (n_ < kInline) {
+    a = &inline_args_[n_];
+  } else {
+    more_args_.emplace_back();
+    a = &more_args_.back();
+  }
+  ++n_;
+  a->name = name;
+  a->kind = kind;
+  a->ndim = 0;
+  a->u = 0;
+  return *a;
+}
+
+Signature& Signature::arg(const char* name, std::int64_t value) {
+  push(name, Kind::Int, static_cast<std::uint64_t>(value)).i = value;
+  return *this;
+}
+
+Signature& Signature::arg(const char* name, std::uint64_t value) {
+  push(name, Kind::UInt, value).u = value;
   return *this;
 }
 
 Signature& Signature::arg(const char* name, double value) {
-  std::ostringstream os;
-  os.precision(17);
-  os << value;
-  return arg(name, os.str());
+  std::uint64_t bits = 0;
+  std::memcpy(&bits, &value, sizeof bits);
+  push(name, Kind::Double, bits).d = value;
+  return *this;
+}
+
+Signature& Signature::arg(const char* name, DType value) {
+  push(name, Kind::DType, static_cast<std::uint64_t>(value)).i = static_cast<std::int64_t>(value);
+  return *this;
+}
+
+Signature& Signature::arg(const char* name, const Layout& value) {
+  push(name, Kind::Layout, value.fingerprint()).layout = &value;
+  return *this;
+}
+
+Signature& Signature::arg(const char* name, const Shape& value) {
+  std::uint64_t h = value.size();
+  for (std::int64_t e : value) h = combine64(h, static_cast<std::uint64_t>(e));
+  Arg& a = push(name, Kind::Shape, h);
+  if (value.size() <= static_cast<std::size_t>(kShapeInline)) {
+    a.ndim = static_cast<std::int8_t>(value.size());
+    for (std::size_t d = 0; d < value.size(); ++d) a.shape[d] = value[d];
+  } else {
+    a.ndim = -1;
+    a.u = value.size();
+  }
+  return *this;
 }
 
 Signature& Signature::arg(const char* name, std::optional<int> split) {
-  return arg(name, split ? std::to_string(*split) : std::string("None"));
+  const std::int64_t v = split ? *split : -1000;
+  push(name, Kind::Split, static_cast<std::uint64_t>(v)).i = v;
+  return *this;
 }
 
-std::uint64_t signature_hash(const std::string& signature) {
-  std::uint64_t h = 1469598103934665603ull;  // FNV-1a
-  for (unsigned char c : signature) {
-    h ^= c;
-    h *= 1099511628211ull;
+Signature& Signature::arg(const char* name, const Comm& comm) {
+  push(name, Kind::Comm, comm.id()).u = comm.id();
+  return *this;
+}
+
+Signature& Signature::text(const char* name, const char* literal) {
+  push(name, Kind::Text, hash_text(1469598103934665603ull, literal)).text = literal;
+  return *this;
+}
+
+Signature& Signature::ints(const char* name, const std::vector<std::int64_t>& values) {
+  std::uint64_t h = values.size();
+  for (std::int64_t v : values) h = combine64(h, static_cast<std::uint64_t>(v));
+  push(name, Kind::Ints, h).ints = &values;
+  return *this;
+}
+
+std::string Signature::str() const {
+  std::ostringstream os;
+  os.precision(17);
+  os << op_ << "(";
+  for (int k = 0; k < n_; ++k) {
+    const Arg& a = k < kInline ? inline_args_[k] : more_args_[k - kInline];
+    if (k) os << ", ";
+    os << a.name << "=";
+    switch (a.kind) {
+      case Kind::Int: os << a.i; break;
+      case Kind::UInt: os << a.u; break;
+      case Kind::Double: os << a.d; break;
+      case Kind::DType: os << name(static_cast<DType>(a.i)); break;
+      case Kind::Layout: os << a.layout->str(); break;
+      case Kind::Shape:
+        if (a.ndim < 0) {
+          os << "(a shape of " << a.u << " dimensions)";
+        } else {
+          os << to_string(Shape(a.shape, a.shape + a.ndim));
+        }
+        break;
+      case Kind::Split:
+        if (a.i == -1000) {
+          os << "None";
+        } else {
+          os << a.i;
+        }
+        break;
+      case Kind::Comm: os << "#" << a.u; break;
+      case Kind::Text: os << a.text; break;
+      case Kind::Ints: os << to_string(*a.ints); break;
+    }
   }
-  return h;
+  os << ")";
+  return os.str();
 }
 
-void check_signatures(const Comm& comm, const char* site, const std::string& signature,
-                      const std::vector<std::uint64_t>& hashes) {
+namespace {
+std::string different_arguments(const char* site, int rank, const std::string& theirs,
+                                 const std::string& rank0s) {
+  return std::string("kvmap: ") + site +
+         " is collective and needs the same arguments on every rank, but rank " +
+         std::to_string(rank) + " called " + theirs + " while rank 0 called " + rank0s;
+}
+}  // namespace
+
+void raise_gathered(const Comm& comm, const char* site, const std::exception_ptr& error,
+                    const Signature& signature, const std::vector<std::uint32_t>& failed,
+                    const std::vector<std::uint64_t>& fingerprints) {
+  std::vector<int> failing;
+  for (int r = 0; r < comm.size(); ++r) {
+    if (failed[r]) failing.push_back(r);
+  }
+  if (!failing.empty()) {
+    // The first failing rank's message to everyone; the failing ranks rethrow their own.
+    const std::string first = comm.bcast_string(message_of(error), failing.front());
+    if (error) std::rethrow_exception(error);
+    throw RemoteError(failing, first);
+  }
   std::vector<int> differing;
   for (int r = 1; r < comm.size(); ++r) {
-    if (hashes[r] != hashes[0]) differing.push_back(r);
+    if (fingerprints[r] != fingerprints[0]) differing.push_back(r);
   }
-  if (differing.empty()) return;
-  // Failure path only: every rank learns what the others passed.
-  const std::vector<std::string> all = comm.allgather_strings(signature);
-  std::vector<std::string> messages;
-  messages.reserve(differing.size());
-  for (int r : differing) {
-    messages.push_back(std::string("kvmap: ") + site +
-                       " is collective and needs the same arguments on every "
-                       "rank, but rank " +
-                       std::to_string(r) + " called " + all[r] + " while rank 0 called " + all[0]);
+  if (differing.empty()) {
+    throw Error(std::string("kvmap: internal error: ") + site +
+                "'s agreement failed but no rank differs");
   }
-  comm.raise_detected<ValueError>(differing, messages);
+  // Only now are the calls written out: rank 0's and the first differing rank's.
+  const std::string mine = signature.str();
+  const std::string rank0s = comm.bcast_string(mine, 0);
+  const std::string firsts = comm.bcast_string(mine, differing.front());
+  std::vector<std::string> messages(differing.size());
+  for (std::size_t i = 0; i < differing.size(); ++i) {
+    const int r = differing[i];
+    if (r == comm.rank()) messages[i] = different_arguments(site, r, mine, rank0s);
+    if (i == 0) messages[i] = different_arguments(site, r, firsts, rank0s);
+  }
+  raise_detected<ValueError>(comm, differing, messages);
+}
+
+void raise_disagreement(const Comm& comm, const char* site, const std::exception_ptr& error,
+                        const Signature& signature) {
+  struct Record {
+    std::uint32_t failed;
+    std::uint32_t unused;
+    std::uint64_t fingerprint;
+  };
+  const std::vector<Record> all =
+      comm.allgather(Record{error ? 1u : 0u, 0u, signature.fingerprint()});
+  std::vector<std::uint32_t> failed;
+  std::vector<std::uint64_t> fingerprints;
+  for (const Record& r : all) {
+    failed.push_back(r.failed);
+    fingerprints.push_back(r.fingerprint);
+  }
+  raise_gathered(comm, site, error, signature, failed, fingerprints);
 }
 
 void abort_after_agreement(const Comm& comm, const char* site, const std::exception_ptr& error) {

@@ -1,17 +1,25 @@
 #pragma once
-// plan -> agree -> execute: the one shape of every collective entry point of kvmap.
+// plan -> agree -> execute: the one shape of every collective entry point of kvmap, and the
+// agreement protocol behind it (kvmap::Comm only transports the bytes).
 //   plan     argument checks, every allocation and scratch buffer, generator state, output
 //            metadata; anything may throw. Records the arguments every rank must pass alike
-//            in a Signature, and may fill a payload every rank needs from every other.
-//   agree    ONE collective: each rank's plan status, a hash of its signature and its
-//            payload. If any rank's plan failed, every rank throws (the rank at fault its own
-//            error, the others RemoteError); if signatures differ, ValueError/RemoteError
-//            naming both calls. Nothing else communicates before it.
+//            in a Signature (fingerprinted as they are recorded), and fills a payload.
+//   agree    ONE collective whose size does not depend on the number of ranks: an
+//            MPI_Allreduce of {ranks whose plan failed, min and max of the signature
+//            fingerprints, the payload reduced field by field}. Equal minimum and maximum
+//            fingerprints mean every rank signed alike. Only when a plan failed or the
+//            fingerprints differ does per-rank data travel (which ranks, their messages,
+//            their calls): every rank then throws, the rank at fault its own error (ValueError
+//            naming both calls for differing arguments), the others RemoteError. On one rank
+//            nothing communicates. (from_local, whose result needs every rank's count, agrees
+//            with one gather instead: agree_gather.)
 //   execute  MPI calls and kernels only. A failure here cannot be agreed any more (the
 //            other ranks are inside the call's collectives): it ends the job with MPI_Abort
 //            and a message, never a hang.
 // Fault hooks (kvmap/impl/fault_injection.hpp) fire at the start of plan and of execute.
+#include <array>
 #include <cstdint>
+#include <cstring>
 #include <exception>
 #include <optional>
 #include <string>
@@ -27,47 +35,109 @@
 
 namespace kvmap::Impl {
 
-// The arguments of one call that must be the same on every rank, as text:
-// "DistView::gather(comm=#1, root=0, layout=...)". Built with plain appends.
+// The arguments of one call that must be the same on every rank. Each argument is folded
+// into a 64-bit fingerprint as it is recorded; the text ("DistView::gather(comm=#1, root=0,
+// layout=...)") is made only for an error message. Layouts and integer lists are kept by
+// reference: they must outlive the call's agreement (they are the call's own arguments).
 class Signature {
  public:
   Signature(const char* op, const Comm& comm);
-  Signature& arg(const char* name, const std::string& value);
-  Signature& arg(const char* name, const char* value) { return arg(name, std::string(value)); }
-  Signature& arg(const char* name, std::int64_t value) { return arg(name, std::to_string(value)); }
-  Signature& arg(const char* name, int value) { return arg(name, std::to_string(value)); }
-  Signature& arg(const char* name, std::uint64_t value) { return arg(name, std::to_string(value)); }
+  Signature& arg(const char* name, std::int64_t value);
+  Signature& arg(const char* name, int value) { return arg(name, std::int64_t{value}); }
+  Signature& arg(const char* name, std::uint64_t value);
   Signature& arg(const char* name, double value);
-  Signature& arg(const char* name, DType value) {
-    return arg(name, std::string(kvmap::name(value)));
-  }
-  Signature& arg(const char* name, const Layout& value) { return arg(name, value.str()); }
-  Signature& arg(const char* name, const Shape& value) { return arg(name, to_string(value)); }
+  Signature& arg(const char* name, DType value);
+  Signature& arg(const char* name, const Layout& value);
+  Signature& arg(const char* name, const Shape& value);
   Signature& arg(const char* name, std::optional<int> split);
   // A communicator an argument lives on (e.g. an input DistView's): by identity.
-  Signature& arg(const char* name, const Comm& comm) {
-    return arg(name, "#" + std::to_string(comm.id()));
-  }
-  std::string str() const { return text_ + ")"; }
+  Signature& arg(const char* name, const Comm& comm);
+  // A name from a fixed set (a string literal: "error", "same", ...).
+  Signature& text(const char* name, const char* literal);
+  Signature& ints(const char* name, const std::vector<std::int64_t>& values);
+
+  std::uint64_t fingerprint() const { return hash_; }
+  std::string str() const;
 
  private:
-  std::string text_;
-  bool first_ = true;
+  enum class Kind : std::uint8_t { Int, UInt, Double, DType, Layout, Shape, Split, Comm, Text, Ints };
+  static constexpr int kShapeInline = 8;
+  struct Arg {
+    const char* name;
+    Kind kind;
+    std::int8_t ndim;  // Shape: extents kept (at most kShapeInline); -1: more, not kept
+    union {
+      std::int64_t i;
+      std::uint64_t u;
+      double d;
+      const char* text;
+      const kvmap::Layout* layout;
+      const std::vector<std::int64_t>* ints;
+    };
+    std::int64_t shape[kShapeInline];
+  };
+  Arg& push(const char* name, Kind kind, std::uint64_t bits);
+
+  const char* op_;
+  std::uint64_t hash_;
+  int n_ = 0;
+  static constexpr int kInline = 12;
+  std::array<Arg, kInline> inline_args_;
+  std::vector<Arg> more_args_;
 };
 
+// Every rank's plan status and signature, as the agreement reduces them.
+struct AgreementHeader {
+  std::uint32_t failed = 0;  // ranks whose plan failed
+  std::uint32_t unused = 0;
+  std::uint64_t fingerprint_min = 0;
+  std::uint64_t fingerprint_max = 0;
+};
+
+// A 64-bit value every rank should hold alike: equal iff minimum == maximum over the ranks
+// that took part (the identity, min > max, from the others).
+struct MinMax64 {
+  std::uint64_t min = ~0ull;
+  std::uint64_t max = 0;
+  void set(std::uint64_t v) { min = max = v; }
+  bool took_part() const { return min <= max; }
+  bool same() const { return min == max; }
+  void combine(const MinMax64& in) {
+    if (in.min < min) min = in.min;
+    if (in.max > max) max = in.max;
+  }
+};
+
+// The payload of calls that agree on nothing but their arguments.
 struct NoPayload {
-  char unused = 0;
+  static void combine(const NoPayload&, NoPayload&) {}
 };
 
 // Writes the message to stderr and aborts every process of `comm`'s job.
 [[noreturn]] void abort_after_agreement(const Comm& comm, const char* site,
                                         const std::exception_ptr& error);
 
-// Ranks whose signature hash differs from rank 0's throw ValueError naming both calls, the
-// others RemoteError (every rank has the same hashes, so all throw or none does).
-void check_signatures(const Comm& comm, const char* site, const std::string& signature,
-                      const std::vector<std::uint64_t>& hashes);
-std::uint64_t signature_hash(const std::string& signature);
+// The failure path of an agreement, once the reduction showed a failed plan or differing
+// fingerprints: per-rank status and fingerprints are gathered, then the first failing rank's
+// message (or both calls) travel; every rank throws.
+[[noreturn]] void raise_disagreement(const Comm& comm, const char* site,
+                                     const std::exception_ptr& error, const Signature& signature);
+// The same when every rank's status and fingerprint are already known (agree_gather).
+[[noreturn]] void raise_gathered(const Comm& comm, const char* site,
+                                 const std::exception_ptr& error, const Signature& signature,
+                                 const std::vector<std::uint32_t>& failed,
+                                 const std::vector<std::uint64_t>& fingerprints);
+
+// A failure every rank has detected identically from data they all hold: ranks in `failed`
+// throw E(their message), the others RemoteError. `messages` aligns with `failed`.
+template <class E>
+[[noreturn]] void raise_detected(const Comm& comm, const std::vector<int>& failed,
+                                 const std::vector<std::string>& messages) {
+  for (std::size_t i = 0; i < failed.size(); ++i) {
+    if (failed[i] == comm.rank()) throw E(messages[i]);
+  }
+  throw RemoteError(failed, messages.empty() ? std::string() : messages.front());
+}
 
 // Runs fn() after every rank has agreed to run the call: a failure ends the job.
 template <class Fn>
@@ -76,6 +146,31 @@ decltype(auto) run_agreed(const char* site, const Comm& comm, Fn&& fn) {
     return fn();
   } catch (...) {
     abort_after_agreement(comm, site, std::current_exception());
+  }
+}
+
+template <class Payload>
+struct AgreementPacket {
+  AgreementHeader head;
+  Payload payload;
+};
+
+// The reduction of the agreement (an MPI user function: commutative and associative).
+template <class Payload>
+void reduce_agreements(void* in, void* inout, int* len, MPI_Datatype*) {
+  using Packet = AgreementPacket<Payload>;
+  for (int i = 0; i < *len; ++i) {
+    // Copies: MPI's buffers carry no alignment promise for the packet's fields.
+    Packet a, b;
+    std::memcpy(&a, static_cast<const unsigned char*>(in) + i * sizeof(Packet), sizeof(Packet));
+    std::memcpy(&b, static_cast<unsigned char*>(inout) + i * sizeof(Packet), sizeof(Packet));
+    b.head.failed += a.head.failed;
+    if (a.head.fingerprint_min < b.head.fingerprint_min)
+      b.head.fingerprint_min = a.head.fingerprint_min;
+    if (a.head.fingerprint_max > b.head.fingerprint_max)
+      b.head.fingerprint_max = a.head.fingerprint_max;
+    Payload::combine(a.payload, b.payload);
+    std::memcpy(static_cast<unsigned char*>(inout) + i * sizeof(Packet), &b, sizeof(Packet));
   }
 }
 
@@ -104,24 +199,50 @@ class Collective {
     }
   }
 
-  // The one agreement (see above); every rank's payload, in rank order.
-  std::vector<Payload> agree() {
-    struct Packet {
-      std::uint64_t hash;
-      Payload payload;
-    };
-    const std::string text = signature_.str();
-    const std::vector<Packet> all =
-        comm_.agree_gather(error_, Packet{signature_hash(text), payload_});
-    std::vector<std::uint64_t> hashes;
+  // The one reduction, not yet judged: every rank holds the same reduced packet afterwards.
+  const AgreementPacket<Payload>& reduce() {
+    packet_.head.failed = error_ ? 1 : 0;
+    packet_.head.fingerprint_min = packet_.head.fingerprint_max = signature_.fingerprint();
+    packet_.payload = payload_;
+    comm_.allreduce_bytes(&packet_, sizeof packet_, &reduce_agreements<Payload>);
+    return packet_;
+  }
+  // Whether every rank planned without failure and signed alike (after reduce()).
+  bool consistent() const {
+    return packet_.head.failed == 0 &&
+           packet_.head.fingerprint_min == packet_.head.fingerprint_max;
+  }
+  // Every rank throws unless consistent() (the failure path communicates).
+  void judge() {
+    if (!consistent()) raise_disagreement(comm_, site_, error_, signature_);
+    agreed_ = true;
+  }
+  // The agreement: reduce and judge; the reduced payload.
+  const Payload& agree() {
+    reduce();
+    judge();
+    return packet_.payload;
+  }
+
+  // from_local's agreement: every rank's payload, in rank order (one gather; the failure
+  // path then needs only the messages).
+  std::vector<Payload> agree_gather() {
+    AgreementPacket<Payload> mine;
+    mine.head.failed = error_ ? 1 : 0;
+    mine.head.fingerprint_min = mine.head.fingerprint_max = signature_.fingerprint();
+    mine.payload = payload_;
+    const std::vector<AgreementPacket<Payload>> all = comm_.allgather(mine);
+    std::vector<std::uint32_t> failed;
+    std::vector<std::uint64_t> fingerprints;
     std::vector<Payload> payloads;
-    hashes.reserve(all.size());
-    payloads.reserve(all.size());
-    for (const Packet& p : all) {
-      hashes.push_back(p.hash);
+    bool ok = true;
+    for (const auto& p : all) {
+      failed.push_back(p.head.failed);
+      fingerprints.push_back(p.head.fingerprint_min);
       payloads.push_back(p.payload);
+      ok = ok && p.head.failed == 0 && p.head.fingerprint_min == all[0].head.fingerprint_min;
     }
-    check_signatures(comm_, site_, text, hashes);
+    if (!ok) raise_gathered(comm_, site_, error_, signature_, failed, fingerprints);
     agreed_ = true;
     return payloads;
   }
@@ -137,23 +258,27 @@ class Collective {
     });
   }
 
+  const Comm& comm() const { return comm_; }
+  const char* site() const { return site_; }
+
  private:
   const char* site_;
   const Comm& comm_;
   Signature signature_;
   Payload payload_{};
+  AgreementPacket<Payload> packet_{};
   std::exception_ptr error_;
   bool agreed_ = false;
 };
 
 // The common case in one call: plan(signature, payload) -> Plan; agree;
-// execute(plan, every rank's payload) -> the result.
+// execute(plan, the reduced payload) -> the result.
 template <class Payload = NoPayload, class PlanFn, class ExecFn>
 decltype(auto) collective(const char* site, const Comm& comm, PlanFn&& plan, ExecFn&& execute) {
   Collective<Payload> call(site, comm);
   auto planned = call.plan(plan);
-  const std::vector<Payload> all = call.agree();
-  return call.execute([&]() -> decltype(auto) { return execute(*planned, all); });
+  const Payload& agreed = call.agree();
+  return call.execute([&]() -> decltype(auto) { return execute(*planned, agreed); });
 }
 
 }  // namespace kvmap::Impl

@@ -183,32 +183,67 @@ void Comm::barrier() const {
 }
 
 void Comm::allgather_bytes(const void* mine, std::size_t nbytes, void* all) const {
-  Impl::count_collective();
-  if (fits(nbytes * static_cast<std::size_t>(size_))) {
-    check_mpi(MPI_Allgather(mine, static_cast<int>(nbytes), MPI_BYTE, all, static_cast<int>(nbytes),
-                            MPI_BYTE, raw()),
-              "MPI_Allgather");
+  if (size_ == 1) {
+    if (nbytes > 0) std::memcpy(all, mine, nbytes);
     return;
   }
-  std::vector<std::size_t> counts(size_, nbytes), displs(size_);
-  for (int r = 0; r < size_; ++r) displs[r] = nbytes * static_cast<std::size_t>(r);
-  allgatherv_bytes(mine, nbytes, all, counts, displs);
+  Impl::count_collective();
+  KVMAP_CHECK(fits(nbytes * static_cast<std::size_t>(size_)), Error,
+              "kvmap: an all-gather of " << nbytes << " bytes per rank over " << size_
+                                         << " ranks exceeds MPI's count limit");
+  check_mpi(MPI_Allgather(mine, static_cast<int>(nbytes), MPI_BYTE, all, static_cast<int>(nbytes),
+                          MPI_BYTE, raw()),
+            "MPI_Allgather");
 }
 
-std::vector<std::string> Comm::allgather_strings(const std::string& mine) const {
-  const std::vector<std::uint64_t> lengths = allgather<std::uint64_t>(mine.size());
-  std::vector<std::size_t> counts(size_), displs(size_);
-  std::size_t total = 0;
-  for (int r = 0; r < size_; ++r) {
-    counts[r] = lengths[r];
-    displs[r] = total;
-    total += lengths[r];
-  }
-  std::string all(total, '\0');
-  allgatherv_bytes(mine.data(), mine.size(), all.data(), counts, displs);
-  std::vector<std::string> out(size_);
-  for (int r = 0; r < size_; ++r) out[r] = all.substr(displs[r], counts[r]);
+std::string Comm::bcast_string(const std::string& mine, int root) const {
+  std::uint64_t length = mine.size();
+  bcast_bytes(&length, sizeof length, root);
+  std::string out = rank_ == root ? mine : std::string(length, '\0');
+  if (length > 0) bcast_bytes(out.data(), length, root);
   return out;
+}
+
+namespace {
+// The agreement's MPI operations (one per reduction function) and record datatypes (one per
+// size), made on first use and freed before MPI_Finalize (release_cached_comms).
+struct ReductionCache {
+  std::mutex mutex;
+  std::vector<std::pair<MPI_User_function*, MPI_Op>> ops;
+  std::vector<std::pair<std::size_t, MPI_Datatype>> types;
+};
+ReductionCache& reduction_cache() {
+  static ReductionCache cache;
+  return cache;
+}
+}  // namespace
+
+void Comm::allreduce_bytes(void* record, std::size_t nbytes, MPI_User_function* combine) const {
+  if (size_ == 1) return;  // the one rank's record is the result
+  Impl::count_collective();
+  MPI_Op op = MPI_OP_NULL;
+  MPI_Datatype type = MPI_DATATYPE_NULL;
+  {
+    ReductionCache& cache = reduction_cache();
+    std::lock_guard<std::mutex> lock(cache.mutex);
+    for (const auto& [fn, o] : cache.ops) {
+      if (fn == combine) op = o;
+    }
+    for (const auto& [n, t] : cache.types) {
+      if (n == nbytes) type = t;
+    }
+    if (op == MPI_OP_NULL) {
+      check_mpi(MPI_Op_create(combine, 1, &op), "MPI_Op_create");
+      cache.ops.emplace_back(combine, op);
+    }
+    if (type == MPI_DATATYPE_NULL) {
+      check_mpi(MPI_Type_contiguous(static_cast<int>(nbytes), MPI_BYTE, &type),
+                "MPI_Type_contiguous");
+      check_mpi(MPI_Type_commit(&type), "MPI_Type_commit");
+      cache.types.emplace_back(nbytes, type);
+    }
+  }
+  check_mpi(MPI_Allreduce(MPI_IN_PLACE, record, 1, type, op, raw()), "MPI_Allreduce");
 }
 
 void Comm::bcast_bytes(void* data, std::size_t nbytes, int root) const {
@@ -254,108 +289,119 @@ void Comm::allreduce_max(void* data, std::size_t n, DType dtype) const {
   allreduce_in_pieces(raw(), data, n, dtype, MPI_MAX);
 }
 
-namespace {
-// Pairwise exchange in pieces of at most `limit` bytes; used above the MPI count limit.
-void exchange_in_pieces(MPI_Comm comm, int rank, int size, const unsigned char* send,
-                        const std::vector<std::size_t>& send_counts,
-                        const std::vector<std::size_t>& send_displs, unsigned char* recv,
-                        const std::vector<std::size_t>& recv_counts,
-                        const std::vector<std::size_t>& recv_displs) {
-  const std::size_t limit = std::max<std::size_t>(1, g_count_limit.load());
-  std::vector<MPI_Request> requests;
-  auto post = [&](bool is_recv, int peer, std::size_t count, std::size_t displ) {
-    std::size_t piece_index = 0;
-    for (std::size_t done = 0; done < count; done += limit, ++piece_index) {
-      const int n = static_cast<int>(std::min(limit, count - done));
-      // Messages between one pair are non-overtaking, so wrapping tags keep the order.
-      const int tag = static_cast<int>(piece_index % 32768);
-      MPI_Request req;
-      if (is_recv) {
-        check_mpi(MPI_Irecv(recv + displ + done, n, MPI_BYTE, peer, tag, comm, &req), "MPI_Irecv");
-      } else {
-        check_mpi(MPI_Isend(send + displ + done, n, MPI_BYTE, peer, tag, comm, &req), "MPI_Isend");
-      }
-      requests.push_back(req);
-    }
-  };
-  for (int p = 0; p < size; ++p) {
-    if (p != rank) post(true, p, recv_counts[p], recv_displs[p]);
-  }
-  for (int k = 1; k < size; ++k) {
-    const int p = (rank + k) % size;
-    post(false, p, send_counts[p], send_displs[p]);
-  }
-  // Its own part too goes through MPI (a message to itself), never a host memcpy: with a
-  // GPU-aware MPI these are device pointers.
-  post(true, rank, recv_counts[rank], recv_displs[rank]);
-  post(false, rank, send_counts[rank], send_displs[rank]);
-  check_mpi(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE),
-            "MPI_Waitall");
-}
-
-std::vector<int> to_int(const std::vector<std::size_t>& v) {
-  return std::vector<int>(v.begin(), v.end());
-}
-}  // namespace
-
-void Comm::alltoallv_bytes(const void* send, const std::vector<std::size_t>& send_counts,
-                           const std::vector<std::size_t>& send_displs, void* recv,
-                           const std::vector<std::size_t>& recv_counts,
-                           const std::vector<std::size_t>& recv_displs,
-                           std::size_t global_max) const {
-  Impl::count_collective();
-  const auto n = static_cast<std::size_t>(size_);
-  KVMAP_CHECK(send_counts.size() == n && send_displs.size() == n && recv_counts.size() == n &&
-                  recv_displs.size() == n,
-              ValueError, "kvmap: alltoallv needs one count and displacement per rank");
-  if (fits(global_max)) {
-    const auto sc = to_int(send_counts), sd = to_int(send_displs), rc = to_int(recv_counts),
-               rd = to_int(recv_displs);
-    check_mpi(MPI_Alltoallv(send, sc.data(), sd.data(), MPI_BYTE, recv, rc.data(), rd.data(),
-                            MPI_BYTE, raw()),
-              "MPI_Alltoallv");
-    return;
-  }
-  exchange_in_pieces(raw(), rank_, size_, static_cast<const unsigned char*>(send), send_counts,
-                     send_displs, static_cast<unsigned char*>(recv), recv_counts, recv_displs);
-}
-
-void Comm::alltoallw(const void* send, const PeerTypes& send_types, void* recv,
-                     const PeerTypes& recv_types) const {
-  Impl::count_collective();
-  const auto n = static_cast<std::size_t>(size_);
-  for (const PeerTypes* t : {&send_types, &recv_types}) {
-    KVMAP_CHECK(t->counts.size() == n && t->displs.size() == n && t->types.size() == n, ValueError,
-                "kvmap: alltoallw needs one count, displacement and datatype per rank");
-  }
-  check_mpi(MPI_Alltoallw(send, send_types.counts.data(), send_types.displs.data(),
-                          send_types.types.data(), recv, recv_types.counts.data(),
-                          recv_types.displs.data(), recv_types.types.data(), raw()),
-            "MPI_Alltoallw");
-}
-
-void Comm::allgatherv_bytes(const void* send, std::size_t send_count, void* recv,
-                            const std::vector<std::size_t>& counts,
-                            const std::vector<std::size_t>& displs) const {
+void Comm::allgatherv_bytes(const void* send, int send_count, void* recv,
+                            const std::vector<int>& counts, const std::vector<int>& displs) const {
   Impl::count_collective();
   const auto n = static_cast<std::size_t>(size_);
   KVMAP_CHECK(counts.size() == n && displs.size() == n, ValueError,
               "kvmap: allgatherv needs one count and displacement per rank");
-  KVMAP_CHECK(counts[rank_] == send_count, ValueError,
-              "kvmap: allgatherv send count " << send_count << " differs from counts[" << rank_
-                                              << "] = " << counts[rank_]);
-  std::size_t global_max = 0;
-  for (std::size_t r = 0; r < n; ++r) global_max = std::max(global_max, displs[r] + counts[r]);
-  if (fits(global_max)) {
-    const auto c = to_int(counts), d = to_int(displs);
-    check_mpi(MPI_Allgatherv(send, static_cast<int>(send_count), MPI_BYTE, recv, c.data(), d.data(),
-                             MPI_BYTE, raw()),
-              "MPI_Allgatherv");
-    return;
+  check_mpi(MPI_Allgatherv(send, send_count, MPI_BYTE, recv, counts.data(), displs.data(), MPI_BYTE,
+                           raw()),
+            "MPI_Allgatherv");
+}
+
+void Comm::Exchange::add(bool is_recv, int peer, std::size_t offset, std::size_t bytes) {
+  // Pieces of at most the count limit; messages between one pair are non-overtaking, so the
+  // receiver's pieces meet the sender's in order.
+  const std::size_t limit = std::max<std::size_t>(1, g_count_limit.load());
+  for (std::size_t done = 0; done < bytes; done += limit) {
+    messages_.push_back(
+        Message{peer, is_recv, static_cast<int>(std::min(limit, bytes - done)), offset + done, {}});
   }
-  std::vector<std::size_t> send_counts(n, send_count), send_displs(n, 0);
-  exchange_in_pieces(raw(), rank_, size_, static_cast<const unsigned char*>(send), send_counts,
-                     send_displs, static_cast<unsigned char*>(recv), counts, displs);
+  requests_.resize(messages_.size());
+}
+
+void Comm::Exchange::send(int peer, std::size_t offset, std::size_t bytes) {
+  add(false, peer, offset, bytes);
+}
+
+void Comm::Exchange::recv(int peer, std::size_t offset, std::size_t bytes) {
+  add(true, peer, offset, bytes);
+}
+
+void Comm::Exchange::send(int peer, Datatype type) {
+  messages_.push_back(Message{peer, false, 1, 0, std::move(type)});
+  requests_.resize(messages_.size());
+}
+
+void Comm::Exchange::recv(int peer, Datatype type) {
+  messages_.push_back(Message{peer, true, 1, 0, std::move(type)});
+  requests_.resize(messages_.size());
+}
+
+void Comm::run(Exchange& x, const void* send_base, void* recv_base) const {
+  constexpr int kTag = 0x6b76;
+  const MPI_Comm c = raw();
+  std::size_t k = 0;
+  // Receives first, so that every send finds its receive posted.
+  for (int pass = 0; pass < 2; ++pass) {
+    const bool recvs = pass == 0;
+    for (const Exchange::Message& m : x.messages_) {
+      if (m.is_recv != recvs) continue;
+      const MPI_Datatype type = m.type ? m.type.raw() : MPI_BYTE;
+      if (recvs) {
+        check_mpi(MPI_Irecv(static_cast<unsigned char*>(recv_base) + m.offset, m.count, type,
+                            m.peer, kTag, c, &x.requests_[k++]),
+                  "MPI_Irecv");
+      } else {
+        check_mpi(MPI_Isend(static_cast<const unsigned char*>(send_base) + m.offset, m.count, type,
+                            m.peer, kTag, c, &x.requests_[k++]),
+                  "MPI_Isend");
+      }
+    }
+  }
+  check_mpi(MPI_Waitall(static_cast<int>(k), x.requests_.data(), MPI_STATUSES_IGNORE),
+            "MPI_Waitall");
+}
+
+namespace {
+void check_type(int rc) {
+  KVMAP_CHECK(rc == MPI_SUCCESS, Error, "kvmap: building an MPI datatype failed (" << rc << ")");
+}
+}  // namespace
+
+Comm::Datatype Comm::box_type(const std::vector<std::int64_t>& extents,
+                              const std::vector<std::int64_t>& byte_strides, std::size_t itemsize,
+                              std::size_t offset) {
+  const std::size_t limit = g_count_limit.load();
+  // The innermost contiguous run as one piece, hvectors over the outer strides.
+  int d = static_cast<int>(extents.size()) - 1;
+  auto run = static_cast<std::int64_t>(itemsize);
+  while (d >= 0 && (extents[d] == 1 || byte_strides[d] == run)) {
+    run *= extents[d];
+    --d;
+  }
+  KVMAP_CHECK(static_cast<std::size_t>(run) <= limit, ValueError,
+              "kvmap: a contiguous run of " << run << " bytes exceeds MPI's count limit");
+  MPI_Datatype t = MPI_DATATYPE_NULL;
+  check_type(MPI_Type_contiguous(static_cast<int>(run), MPI_BYTE, &t));
+  for (; d >= 0; --d) {
+    if (extents[d] == 1) continue;
+    if (static_cast<std::size_t>(extents[d]) > limit) {
+      MPI_Type_free(&t);
+      throw ValueError("kvmap: an extent of " + std::to_string(extents[d]) +
+                       " exceeds MPI's count limit");
+    }
+    MPI_Datatype outer = MPI_DATATYPE_NULL;
+    check_type(MPI_Type_create_hvector(static_cast<int>(extents[d]), 1,
+                                       static_cast<MPI_Aint>(byte_strides[d]), t, &outer));
+    MPI_Type_free(&t);
+    t = outer;
+  }
+  int one = 1;
+  const auto at = static_cast<MPI_Aint>(offset);
+  MPI_Datatype placed = MPI_DATATYPE_NULL;
+  check_type(MPI_Type_create_struct(1, &one, &at, &t, &placed));
+  MPI_Type_free(&t);
+  check_type(MPI_Type_commit(&placed));
+  Datatype out;
+  out.type_ = std::shared_ptr<MPI_Datatype>(new MPI_Datatype(placed), [](MPI_Datatype* p) {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Type_free(p);
+    delete p;
+  });
+  return out;
 }
 
 std::string message_of(const std::exception_ptr& error) {
@@ -369,46 +415,6 @@ std::string message_of(const std::exception_ptr& error) {
   }
 }
 
-void Comm::agree(const std::exception_ptr& local_error) const {
-  agree_gather_bytes(local_error, nullptr, 0);
-}
-
-std::vector<unsigned char> Comm::agree_gather_bytes(const std::exception_ptr& local_error,
-                                                    const void* payload, std::size_t nbytes) const {
-  // One rank agrees with itself: no MPI call.
-  if (size_ == 1) {
-    if (local_error) std::rethrow_exception(local_error);
-    const auto* p = static_cast<const unsigned char*>(payload);
-    return nbytes > 0 ? std::vector<unsigned char>(p, p + nbytes) : std::vector<unsigned char>();
-  }
-  constexpr std::size_t kHeader = 8;  // status word, padded so payloads stay aligned
-  const std::size_t stride = kHeader + nbytes;
-  std::vector<unsigned char> mine(stride, 0), all(stride * static_cast<std::size_t>(size_));
-  const std::int32_t failed_flag = local_error ? 1 : 0;
-  std::memcpy(mine.data(), &failed_flag, sizeof failed_flag);
-  if (nbytes > 0) std::memcpy(mine.data() + kHeader, payload, nbytes);
-  allgather_bytes(mine.data(), stride, all.data());
-
-  std::vector<int> failed;
-  for (int r = 0; r < size_; ++r) {
-    std::int32_t flag = 0;
-    std::memcpy(&flag, all.data() + stride * r, sizeof flag);
-    if (flag) failed.push_back(r);
-  }
-  if (!failed.empty()) {
-    // Only on the failure path: the failing ranks' messages travel to everyone.
-    const std::vector<std::string> messages = allgather_strings(message_of(local_error));
-    if (local_error) std::rethrow_exception(local_error);
-    throw_remote(failed, messages[failed.front()]);
-  }
-  std::vector<unsigned char> payloads(nbytes * static_cast<std::size_t>(size_));
-  for (int r = 0; r < size_; ++r) {
-    if (nbytes > 0)
-      std::memcpy(payloads.data() + nbytes * r, all.data() + stride * r + kHeader, nbytes);
-  }
-  return payloads;
-}
-
 void Comm::abort(const std::string& message) const {
   std::fprintf(stderr, "%s\n", message.c_str());
   std::fflush(stderr);
@@ -416,11 +422,15 @@ void Comm::abort(const std::string& message) const {
   std::abort();
 }
 
-void Comm::throw_remote(const std::vector<int>& failed, const std::string& first) const {
-  throw RemoteError(failed, first);
-}
-
 namespace Impl {
+std::vector<void (*)()>& release_hooks() {
+  static std::vector<void (*)()> hooks;
+  return hooks;
+}
+void on_release(void (*hook)()) {
+  std::lock_guard<std::mutex> lock(g_registry_mutex);
+  release_hooks().push_back(hook);
+}
 std::size_t mpi_count_limit() {
   return g_count_limit.load();
 }
@@ -463,6 +473,15 @@ void finalize_mpi() {
 }
 
 void release_cached_comms() {
+  {
+    ReductionCache& cache = reduction_cache();
+    std::lock_guard<std::mutex> lock(cache.mutex);
+    for (auto& [fn, op] : cache.ops) MPI_Op_free(&op);
+    for (auto& [n, type] : cache.types) MPI_Type_free(&type);
+    cache.ops.clear();
+    cache.types.clear();
+  }
+  for (void (*hook)() : release_hooks()) hook();
   // By increasing id: the same order on every rank.
   std::map<std::uint64_t, std::shared_ptr<Comm::Handle>> all;
   {

@@ -96,13 +96,32 @@ DistView<M> DistView<M>::arange(std::int64_t n, DType dtype, std::optional<int> 
 }
 
 namespace {
-// What each rank contributes to from_local's one collective.
+// What each rank knows of its piece in from_local.
 struct LocalMeta {
   std::int32_t split_given;
   std::int32_t split;
   std::int32_t ndim;
   std::int32_t dtype;
   std::int64_t extents[Impl::kMaxRank];
+
+  // What must agree on every rank: split, rank, dtype and every extent but the split axis's.
+  std::uint64_t fingerprint() const {
+    std::uint64_t h = Impl::combine64(static_cast<std::uint64_t>(split_given),
+                                      static_cast<std::uint64_t>(split_given ? split : 0));
+    h = Impl::combine64(Impl::combine64(h, static_cast<std::uint64_t>(ndim)),
+                        static_cast<std::uint64_t>(dtype));
+    for (int d = 0; d < ndim; ++d) {
+      if (!split_given || d != split) h = Impl::combine64(h, static_cast<std::uint64_t>(extents[d]));
+    }
+    return h;
+  }
+};
+
+// What every rank gathers from every rank: its rows and the fingerprint of the rest.
+struct LocalRows {
+  std::int64_t count;
+  std::uint64_t meta;
+  static void combine(const LocalRows&, LocalRows&) {}
 };
 
 std::string describe(const LocalMeta& m) {
@@ -113,47 +132,49 @@ std::string describe(const LocalMeta& m) {
   return os.str();
 }
 
-// Every rank runs the same checks on the same gathered data and reaches the same verdict.
-void check_local_metas(const Comm& comm, const std::vector<LocalMeta>& all) {
-  const LocalMeta& ref = all[0];
-  std::vector<int> bad;
-  std::vector<std::string> messages;
-  for (int r = 1; r < comm.size(); ++r) {
-    const LocalMeta& m = all[r];
-    std::ostringstream why;
-    if (m.split_given != ref.split_given || (m.split_given && m.split != ref.split)) {
-      why << "rank " << r << " passed split=" << (m.split_given ? std::to_string(m.split) : "None")
-          << " but rank 0 passed split=" << (ref.split_given ? std::to_string(ref.split) : "None");
-    } else {
-      bool same = m.ndim == ref.ndim && m.dtype == ref.dtype;
-      for (int d = 0; same && d < m.ndim; ++d) {
-        if ((!ref.split_given || d != ref.split) && m.extents[d] != ref.extents[d]) same = false;
-      }
-      if (!same) {
-        why << "rank " << r << " has a local shard of " << describe(m) << " but rank 0 has "
-            << describe(ref) << "; "
-            << (ref.split_given ? "all extents except the split axis " + std::to_string(ref.split)
-                                : std::string("a replicated array needs identical shapes"))
-            << " and the dtype must agree on every rank";
-      }
-    }
-    if (!why.str().empty()) {
-      bad.push_back(r);
-      messages.push_back("kvmap::DistView::from_local: " + why.str());
-    }
+std::string mismatch(int r, const LocalMeta& m, const LocalMeta& ref) {
+  std::ostringstream why;
+  if (m.split_given != ref.split_given || (m.split_given && m.split != ref.split)) {
+    why << "rank " << r << " passed split=" << (m.split_given ? std::to_string(m.split) : "None")
+        << " but rank 0 passed split=" << (ref.split_given ? std::to_string(ref.split) : "None");
+  } else {
+    why << "rank " << r << " has a local shard of " << describe(m) << " but rank 0 has "
+        << describe(ref) << "; "
+        << (ref.split_given ? "all extents except the split axis " + std::to_string(ref.split)
+                            : std::string("a replicated array needs identical shapes"))
+        << " and the dtype must agree on every rank";
   }
-  if (ref.split_given && bad.empty()) {
+  return "kvmap::DistView::from_local: " + why.str();
+}
+
+// Every rank sees the same gathered fingerprints and reaches the same verdict; only then do
+// rank 0's and the first differing rank's pieces travel, for the messages.
+void check_local_metas(const Comm& comm, const LocalMeta& mine, const std::vector<LocalRows>& all) {
+  std::vector<int> bad;
+  for (int r = 1; r < comm.size(); ++r) {
+    if (all[r].meta != all[0].meta) bad.push_back(r);
+  }
+  if (!bad.empty()) {
+    LocalMeta ref = mine, first = mine;
+    comm.bcast_bytes(&ref, sizeof ref, 0);
+    comm.bcast_bytes(&first, sizeof first, bad.front());
+    std::vector<std::string> messages(bad.size());
+    for (std::size_t i = 0; i < bad.size(); ++i) {
+      if (bad[i] == comm.rank()) messages[i] = mismatch(bad[i], mine, ref);
+    }
+    messages.front() = mismatch(bad.front(), first, ref);
+    Impl::raise_detected<ValueError>(comm, bad, messages);
+  }
+  if (mine.split_given) {
     std::int64_t total = 0;
     for (int r = 0; r < comm.size(); ++r) {
-      if (all[r].extents[ref.split] > std::numeric_limits<std::int64_t>::max() - total) {
-        bad.push_back(r);
-        messages.push_back("kvmap::DistView::from_local: the split extents sum beyond int64");
-        break;
+      if (all[r].count > std::numeric_limits<std::int64_t>::max() - total) {
+        Impl::raise_detected<ValueError>(
+            comm, {r}, {"kvmap::DistView::from_local: the split extents sum beyond int64"});
       }
-      total += all[r].extents[ref.split];
+      total += all[r].count;
     }
   }
-  if (!bad.empty()) comm.raise_detected<ValueError>(bad, messages);
 }
 }  // namespace
 
@@ -163,9 +184,12 @@ DistView<M> DistView<M>::from_local_source(const LocalSource& source, std::optio
   struct Plan {
     Impl::LocalBlock block;
     DType dtype;
+    LocalMeta meta;
+    std::vector<std::int64_t> counts;
   };
-  Impl::Collective<LocalMeta> call("DistView::from_local", comm);
-  std::optional<Plan> plan = call.plan([&](Impl::Signature&, LocalMeta& meta) {
+  // Every rank's count is data that really moves: one gather of 32 bytes per rank.
+  Impl::Collective<LocalRows> call("DistView::from_local", comm);
+  std::optional<Plan> plan = call.plan([&](Impl::Signature&, LocalRows& rows) {
     DType dtype = DType::Float32;
     Impl::LocalBlock block = source(dtype);
     const int ndim = static_cast<int>(block.extents.size());
@@ -173,27 +197,31 @@ DistView<M> DistView<M>::from_local_source(const LocalSource& source, std::optio
     KVMAP_CHECK(!split || ndim > 0, ValueError,
                 "kvmap::DistView::from_local: a 0-dimensional array cannot be split (split="
                     << *split << "); pass split=std::nullopt");
+    LocalMeta meta{};
     meta.split_given = split ? 1 : 0;
     if (split) meta.split = Impl::normalize_axis(*split, ndim, "split axis");
     meta.ndim = ndim;
     meta.dtype = static_cast<std::int32_t>(dtype);
     for (int d = 0; d < ndim; ++d) meta.extents[d] = block.extents[d];
-    return Plan{std::move(block), dtype};
+    rows.count = split ? block.extents[meta.split] : 0;
+    rows.meta = meta.fingerprint();
+    return Plan{std::move(block), dtype, meta, std::vector<std::int64_t>(comm.size())};
   });
-  const std::vector<LocalMeta> all = call.agree();
-  check_local_metas(comm, all);
-  return call.execute([&] {
-    const LocalMeta& ref = all[0];
-    Shape gshape(ref.extents, ref.extents + ref.ndim);
-    if (!ref.split_given) {
+  const std::vector<LocalRows> all = call.agree_gather();
+  check_local_metas(comm, plan->meta, all);
+  const LocalMeta& mine = plan->meta;
+  Shape gshape(mine.extents, mine.extents + mine.ndim);
+  if (!mine.split_given) {
+    return call.execute([&] {
       return DistView(Layout::replicated(gshape, comm.size()), plan->dtype, comm,
                       std::move(plan->block));
-    }
-    std::vector<std::int64_t> counts(comm.size());
-    std::int64_t total = 0;
-    for (int r = 0; r < comm.size(); ++r) total += counts[r] = all[r].extents[ref.split];
-    gshape[ref.split] = total;
-    Layout layout = Layout::from_counts(std::move(gshape), ref.split, std::move(counts));
+    });
+  }
+  std::int64_t total = 0;
+  for (int r = 0; r < comm.size(); ++r) total += plan->counts[r] = all[r].count;
+  gshape[mine.split] = total;
+  return call.execute([&] {
+    Layout layout = Layout::from_counts(std::move(gshape), mine.split, std::move(plan->counts));
     return DistView(std::move(layout), plan->dtype, comm, std::move(plan->block));
   });
 }

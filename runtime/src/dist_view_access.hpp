@@ -39,7 +39,7 @@ DistView<M> new_balanced(const char* site, const Shape& gshape, DType dtype,
         fill(view);
         return view;
       },
-      [](DistView<M>& view, const std::vector<NoPayload>&) { return std::move(view); });
+      [](DistView<M>& view, const NoPayload&) { return std::move(view); });
 }
 
 }  // namespace kvmap::Impl

@@ -10,6 +10,7 @@
 #include "kvmap/error.hpp"
 
 #include "collective.hpp"
+#include "exact_sum.hpp"
 
 namespace kvmap::linalg {
 
@@ -62,104 +63,120 @@ Kokkos::View<T*, M, Kokkos::MemoryTraits<Kokkos::Unmanaged>> flat(const DistView
       static_cast<T*>(x.local_data()), static_cast<std::size_t>(n));
 }
 
-// A part of a Euclidean norm as LAPACK's lassq keeps it: norm = scale * sqrt(ssq), with
-// ssq the sum of (x_i / scale)^2, so no square of a huge or tiny element over- or underflows.
-struct ScaledSsq {
-  double scale = 0.0;
-  double ssq = 0.0;
+// The squares of one shard in one pass, in three sums whose scaling by constant powers of
+// two keeps them from overflowing or underflowing (Blue's algorithm, as LAPACK's dnrm2 since
+// 3.10): squares of tiny elements scaled up, of huge ones scaled down, the rest as they are.
+struct SquareSums {
+  double small = 0, medium = 0, big = 0;
 };
+constexpr double kTiny = 0x1p-511;   // below: scaled up by kUp
+constexpr double kHuge = 0x1p+486;   // above: scaled down by kDown
+constexpr double kUp = 0x1p+537, kDown = 0x1p-538;
+constexpr int kUpExponent = 537, kDownExponent = -538;
 
 template <class T, class M>
-ScaledSsq local_scaled_ssq(const DistView<M>& x) {
-  using Exec = typename DistView<M>::execution_space;
-  const auto v = flat<T>(x);
-  const Kokkos::RangePolicy<Exec> all(0, v.extent(0));
-  double largest = 0.0;
-  Kokkos::parallel_reduce(
-      "kvmap::linalg::nrm2/scale", all,
-      KOKKOS_LAMBDA(const std::size_t i, double& m) {
-        const double a = static_cast<double>(v(i));
-        if (a > m) m = a;
-        if (-a > m) m = -a;
-      },
-      Kokkos::Max<double>(largest));
-  // Zero, infinite or NaN-only parts are summed unscaled: their sum (0, inf or NaN) is the
-  // answer and reaches the result through the combination.
-  const bool finite = largest > 0.0 && largest <= std::numeric_limits<double>::max();
-  const double scale = finite ? largest : 1.0;
-  ScaledSsq part;
-  Kokkos::parallel_reduce(
-      "kvmap::linalg::nrm2/ssq", all,
-      KOKKOS_LAMBDA(const std::size_t i, double& sum) {
-        const double q = static_cast<double>(v(i)) / scale;
-        sum += q * q;
-      },
-      part.ssq);
-  part.scale = finite ? largest : (largest > 0.0 ? 1.0 : 0.0);
-  return part;
-}
+struct SquareSumsOf {
+  using value_type = SquareSums;
+  Kokkos::View<T*, M, Kokkos::MemoryTraits<Kokkos::Unmanaged>> v;
+  KOKKOS_INLINE_FUNCTION void operator()(const std::size_t i, SquareSums& s) const {
+    const double x = static_cast<double>(v(i));
+    const double a = x < 0 ? -x : x;
+    if (a > kHuge) {
+      s.big += (x * kDown) * (x * kDown);
+    } else if (a < kTiny) {
+      s.small += (x * kUp) * (x * kUp);
+    } else {
+      s.medium += x * x;
+    }
+  }
+  KOKKOS_INLINE_FUNCTION void init(SquareSums& s) const { s = SquareSums{}; }
+  KOKKOS_INLINE_FUNCTION void join(SquareSums& dst, const SquareSums& src) const {
+    dst.small += src.small;
+    dst.medium += src.medium;
+    dst.big += src.big;
+  }
+#if KVMAP_KOKKOS_VOLATILE_JOIN
+  KOKKOS_INLINE_FUNCTION void join(volatile SquareSums& dst, const volatile SquareSums& src) const {
+    dst.small += src.small;
+    dst.medium += src.medium;
+    dst.big += src.big;
+  }
+#endif
+};
 
-double sum_in_rank_order(const std::vector<double>& parts) {
-  double total = 0.0;
-  for (double p : parts) total += p;
-  return total;
-}
+// The exact sum of every rank's parts (any order, any number of ranks: the same bits),
+// reduced in the agreement.
+struct ExactPayload {
+  Impl::ExactSum sum;
+  static void combine(const ExactPayload& in, ExactPayload& inout) { inout.sum.merge(in.sum); }
+};
 
 }  // namespace
 
 // dot and nrm2 compute their local part in the plan (a local reduction, nothing shared is
-// changed) and the agreement carries it: one collective per call.
+// changed) and the agreement carries it, summed exactly: one fixed-size collective per call,
+// the same result on every rank and from run to run.
 template <class M>
 double dot(const DistView<M>& x, const DistView<M>& y) {
-  return Impl::collective<double>(
+  return Impl::collective<ExactPayload>(
       "linalg::dot", x.comm(),
-      [&](Impl::Signature& sig, double& partial) {
+      [&](Impl::Signature& sig, ExactPayload& partial) {
         describe(sig, x, "x");
         describe(sig, y, "y");
         check_pair(x, y, "dot");
         if (x.dtype() == DType::Float64) {
-          partial = KokkosBlas::dot(flat<double>(x), flat<double>(y));
+          partial.sum.add(KokkosBlas::dot(flat<double>(x), flat<double>(y)));
         } else {
-          partial = static_cast<double>(KokkosBlas::dot(flat<float>(x), flat<float>(y)));
+          partial.sum.add(static_cast<double>(KokkosBlas::dot(flat<float>(x), flat<float>(y))));
         }
         return true;
       },
-      [](bool, const std::vector<double>& parts) { return sum_in_rank_order(parts); });
+      [](bool, const ExactPayload& total) {
+        const Impl::ExactSum& s = total.sum;
+        if (s.nan > 0 || (s.pos_inf > 0 && s.neg_inf > 0))
+          return std::numeric_limits<double>::quiet_NaN();
+        if (s.pos_inf > 0) return std::numeric_limits<double>::infinity();
+        if (s.neg_inf > 0) return -std::numeric_limits<double>::infinity();
+        const auto [m, e] = s.rounded();
+        return std::ldexp(m, e);
+      });
 }
 
 template <class M>
 double nrm2(const DistView<M>& x) {
-  return Impl::collective<ScaledSsq>(
+  return Impl::collective<ExactPayload>(
       "linalg::nrm2", x.comm(),
-      [&](Impl::Signature& sig, ScaledSsq& partial) {
+      [&](Impl::Signature& sig, ExactPayload& partial) {
         describe(sig, x, "x");
         check_operand(x, "nrm2", "x");
-        partial =
-            x.dtype() == DType::Float64 ? local_scaled_ssq<double>(x) : local_scaled_ssq<float>(x);
+        using Exec = typename DistView<M>::execution_space;
+        SquareSums parts;
+        std::int64_t n = 1;
+        for (std::int64_t e : x.lshape()) n *= e;
+        const Kokkos::RangePolicy<Exec> all(0, static_cast<std::size_t>(n));
+        if (x.dtype() == DType::Float64) {
+          Kokkos::parallel_reduce("kvmap::linalg::nrm2", all, SquareSumsOf<double, M>{flat<double>(x)},
+                                  parts);
+        } else {
+          Kokkos::parallel_reduce("kvmap::linalg::nrm2", all, SquareSumsOf<float, M>{flat<float>(x)},
+                                  parts);
+        }
+        partial.sum.add(parts.small, -2 * kUpExponent);
+        partial.sum.add(parts.medium);
+        partial.sum.add(parts.big, -2 * kDownExponent);
         return true;
       },
-      [](bool, const std::vector<ScaledSsq>& parts) {
-        // An infinite or NaN part decides the norm (inf, or NaN when any part is NaN); it is not
-        // rescaled, since inf * (a tiny ratio squared, 0) would make NaN of it.
-        double special = 0.0;
-        bool any_special = false;
-        for (const ScaledSsq& p : parts) {
-          if (!std::isfinite(p.ssq)) {
-            special += p.ssq;
-            any_special = true;
-          }
+      [](bool, const ExactPayload& total) {
+        // A NaN element makes the norm NaN, an infinite one (and no NaN) infinite.
+        const Impl::ExactSum& s = total.sum;
+        if (s.nan > 0) return std::numeric_limits<double>::quiet_NaN();
+        if (s.pos_inf > 0 || s.neg_inf > 0) return std::numeric_limits<double>::infinity();
+        auto [m, e] = s.rounded();
+        if (e % 2 != 0) {
+          m *= 2;
+          e -= 1;
         }
-        if (any_special) return special;
-        // Combined in rank order, rescaled to the largest scale: the same result on every rank.
-        double scale = 0.0;
-        for (const ScaledSsq& p : parts) scale = std::max(scale, p.scale);
-        double ssq = 0.0;
-        for (const ScaledSsq& p : parts) {
-          const double r = scale > 0.0 ? p.scale / scale : 1.0;
-          ssq += p.ssq * r * r;
-        }
-        if (scale == 0.0) return std::sqrt(ssq);  // all zero (or NaN)
-        return scale * std::sqrt(ssq);
+        return std::ldexp(std::sqrt(m), e / 2);
       });
 }
 
@@ -175,7 +192,7 @@ void axpby(double a, const DistView<M>& x, double b, DistView<M>& y) {
         check_pair(x, y, "axpby");
         return true;
       },
-      [&](bool, const std::vector<Impl::NoPayload>&) {
+      [&](bool, const Impl::NoPayload&) {
         if (x.dtype() == DType::Float64) {
           KokkosBlas::axpby(a, flat<double>(x), b, flat<double>(y));
         } else {

@@ -81,7 +81,7 @@ DistView<M> make_random(const char* site, Shape gshape, DType dtype, std::option
   return Impl::new_balanced<M>(
       site, gshape, dtype, split, comm,
       [&](Impl::Signature& sig) {
-        sig.arg("stream", state.describe());
+        sig.arg("seed", state.seed).arg("stream", state.stream);
         KVMAP_CHECK(dtype == DType::Float32 || dtype == DType::Float64, TypeError,
                     "kvmap::" << site << ": dtype must be float32 or float64, got " << name(dtype));
       },
@@ -103,7 +103,7 @@ void manual_seed(std::uint64_t seed, const Comm& comm) {
         sig.arg("seed", seed);
         return true;
       },
-      [&](bool, const std::vector<Impl::NoPayload>&) {
+      [&](bool, const Impl::NoPayload&) {
         std::lock_guard<std::mutex> lock(g_seed_mutex);
         g_seed = seed;
         ++g_seed_epoch;
@@ -119,9 +119,6 @@ std::uint64_t initial_seed() {
 namespace Impl {
 std::uint64_t stream_key(std::uint64_t seed, std::uint64_t stream) {
   return splitmix64(splitmix64(seed) ^ (stream * 0xD1B54A32D192ED03ull + 0x8CB92BA72F3D8DD7ull));
-}
-std::string StreamState::describe() const {
-  return "seed=" + std::to_string(seed) + ", stream=" + std::to_string(stream);
 }
 StreamState next_stream(const Comm& comm) {
   std::uint64_t seed = 0, epoch = 0;

@@ -1,13 +1,16 @@
-// Redistribution of DistViews between layouts: one MPI collective per operation, with
-// packing and unpacking done by Kokkos kernels on the data's execution space.
+// Redistribution of DistViews between layouts: a plan (which rows go to and come from which
+// ranks, how each side travels), built once per layouts, strides and dtype and cached, and
+// its run: Kokkos kernels for the local part and any packing, MPI with the peers that hold
+// data.
 #include <ATen/ATen.h>
 
 #include <algorithm>
 #include <array>
+#include <climits>
 #include <complex>
 #include <mutex>
 #include <optional>
-#include <sstream>
+#include <tuple>
 
 #include "kvmap/dist_view.hpp"
 #include "kvmap/error.hpp"
@@ -61,25 +64,6 @@ Box intersect(const Box& a, const Box& b) {
     c.hi[d] = std::max(c.lo[d], std::min(a.hi[d], b.hi[d]));
   }
   return c;
-}
-
-// Address of global index sub.lo inside a block that holds the box `whole`.
-const unsigned char* address(const Impl::LocalBlock& block, const Box& whole, const Box& sub,
-                             std::size_t itemsize) {
-  std::int64_t off = 0;
-  for (int d = 0; d < whole.ndim; ++d) off += (sub.lo[d] - whole.lo[d]) * block.strides[d];
-  return static_cast<const unsigned char*>(block.data) + off * static_cast<std::int64_t>(itemsize);
-}
-
-template <class Exec>
-void copy_sub_box(const Exec& exec, const Impl::LocalBlock& src, const Box& src_whole,
-                  const Impl::LocalBlock& dst, const Box& dst_whole, const Box& sub,
-                  std::size_t itemsize) {
-  if (sub.volume() == 0) return;
-  const auto g = Impl::make_box_geometry(sub.extents(), src.strides, dst.strides);
-  Impl::box_copy(exec, address(src, src_whole, sub, itemsize),
-                 const_cast<unsigned char*>(address(dst, dst_whole, sub, itemsize)), g, itemsize);
-  Impl::count_bytes_copied(static_cast<std::uint64_t>(sub.volume()) * itemsize);
 }
 
 // Contiguous (row-major) block over buffer memory.
@@ -136,227 +120,328 @@ void bcast_element(const Comm& comm, void* data, DType dtype, int root) {
   if (comm.rank() != root) copy_bytes<M, Kokkos::HostSpace>(data, host.data(), n);
 }
 
-// True when `sub` is one contiguous run of memory inside a block holding `whole`.
-bool contiguous_in(const Impl::LocalBlock& block, const Box& sub) {
+// True when `sub` is one contiguous run of memory inside a block with these strides.
+bool contiguous_in(const std::vector<std::int64_t>& strides, const Box& sub) {
   if (sub.volume() <= 1) return true;
-  const auto g = Impl::make_box_geometry(sub.extents(), block.strides, block.strides);
+  const auto g = Impl::make_box_geometry(sub.extents(), strides, strides);
   return g.ndim == 1 && g.src_strides[0] == 1;
 }
 
-// True when the block's elements fill its span without gaps or overlaps.
-bool dense(const Impl::LocalBlock& block, std::size_t itemsize) {
-  std::int64_t n = 1;
-  for (std::int64_t e : block.extents) n *= e;
-  return Impl::checked_span_bytes(block.extents, block.strides, itemsize) ==
-         static_cast<std::size_t>(n) * itemsize;
+// Byte offset of global index sub.lo inside a block with these strides holding `whole`.
+std::size_t offset_bytes(const std::vector<std::int64_t>& strides, const Box& whole,
+                         const Box& sub, std::size_t itemsize) {
+  std::int64_t off = 0;
+  for (int d = 0; d < whole.ndim; ++d) off += (sub.lo[d] - whole.lo[d]) * strides[d];
+  return static_cast<std::size_t>(off) * itemsize;
 }
 
-std::size_t offset_bytes(const Impl::LocalBlock& block, const Box& whole, const Box& sub,
-                         std::size_t itemsize) {
-  if (sub.volume() == 0) return 0;
-  return static_cast<std::size_t>(address(block, whole, sub, itemsize) -
-                                  static_cast<const unsigned char*>(block.data));
+// Address of global index sub.lo inside a block that holds the box `whole`.
+const unsigned char* address(const Impl::LocalBlock& block, const Box& whole, const Box& sub,
+                             std::size_t itemsize) {
+  return static_cast<const unsigned char*>(block.data) +
+         offset_bytes(block.strides, whole, sub, itemsize);
 }
 
-// One side of an exchange: MPI reads (or writes) the block in place when every piece is a
-// contiguous run of a dense block; otherwise the pieces go through a packed scratch buffer.
-struct Side {
-  bool direct = false;
-  std::vector<std::size_t> counts, displs;
-  std::size_t total = 0;
+template <class Exec>
+void copy_sub_box(const Exec& exec, const Impl::LocalBlock& src, const Box& src_whole,
+                  const Impl::LocalBlock& dst, const Box& dst_whole, const Box& sub,
+                  std::size_t itemsize) {
+  if (sub.volume() == 0) return;
+  const auto g = Impl::make_box_geometry(sub.extents(), src.strides, dst.strides);
+  Impl::box_copy(exec, address(src, src_whole, sub, itemsize),
+                 const_cast<unsigned char*>(address(dst, dst_whole, sub, itemsize)), g, itemsize);
+  Impl::count_bytes_copied(static_cast<std::uint64_t>(sub.volume()) * itemsize);
+}
+
+// ---- the plan: which rows go where, built once and cached -------------------------------
+//
+//   Local         every rank already holds its part (replicated source, unchanged layout):
+//                 a local copy into the new array's own memory.
+//   Allgather     a replicated target: every rank's block to every rank (MPI_Allgatherv, or
+//                 point-to-point messages above MPI's count limit).
+//   PointToPoint  everything else: a kernel copies the local part, and this rank exchanges
+//                 messages only with the ranks whose rows meet its own (found by bisection
+//                 over the layouts' offsets, O(log P)); with every rank when the split axis
+//                 changes, since then every pair does exchange.
+// A side of the exchange (what this rank sends, what it receives) travels in place (each
+// piece a contiguous run of the block, or an MPI datatype MPI packs from it: host memory) or
+// packed by kernels into a contiguous scratch buffer (device memory with strided pieces, and
+// staged sides, whose scratch buffers are copied to and from host memory around MPI).
+enum class ExchangeKind { Local, Allgather, PointToPoint };
+
+struct Piece {
+  int peer;
+  Box box;
+  std::size_t packed_offset;  // in the side's scratch buffer, when the side is packed
 };
 
-Side plan_side(const Impl::LocalBlock& block, const Box& whole, const std::vector<Box>& pieces,
-               int me, std::size_t itemsize, bool include_self, bool packed) {
-  const int P = static_cast<int>(pieces.size());
-  Side side;
-  side.counts.assign(P, 0);
-  side.displs.assign(P, 0);
-  side.direct = !packed && dense(block, itemsize);
-  for (int p = 0; p < P && side.direct; ++p) {
-    if (p != me || include_self) side.direct = contiguous_in(block, pieces[p]);
+struct Side {
+  std::vector<Piece> pieces;
+  bool packed = false;
+  std::size_t packed_bytes = 0;  // scratch size when packed
+  std::size_t mpi_packs = 0;     // bytes MPI packs itself (datatypes): counted as copies
+};
+
+struct ExchangePlan {
+  ExchangeKind kind = ExchangeKind::Local;
+  std::size_t itemsize = 0;
+  bool staged = false;
+  Box my_src, my_dst, local;
+  Side send, recv;
+  // Allgather: every rank's block, packed in rank order or in place (split 0).
+  std::vector<Box> blocks;
+  std::vector<int> counts, displs;  // bytes, when within the count limit
+  bool allgatherv = false;
+  Comm::Exchange exchange;  // offsets relative to the sides' bases
+};
+
+// What identifies a plan: the same layouts, source strides, element size and settings.
+struct PlanKey {
+  std::uint64_t comm_id;
+  Layout source, target;
+  std::vector<std::int64_t> source_strides;
+  std::size_t itemsize;
+  bool staged;
+  std::size_t count_limit;
+  bool matches(const PlanKey& o) const {
+    return comm_id == o.comm_id && itemsize == o.itemsize && staged == o.staged &&
+           count_limit == o.count_limit && source.fingerprint() == o.source.fingerprint() &&
+           target.fingerprint() == o.target.fingerprint() && source_strides == o.source_strides &&
+           source == o.source && target == o.target;
   }
-  for (int p = 0; p < P; ++p) {
-    if (p == me && !include_self) continue;
-    side.counts[p] = static_cast<std::size_t>(pieces[p].volume()) * itemsize;
-    side.displs[p] = side.direct ? offset_bytes(block, whole, pieces[p], itemsize) : side.total;
-    side.total += side.counts[p];
+};
+
+// Packs a side into scratch unless every piece can travel in place; in place pieces use a
+// contiguous run or a datatype placed relative to the block's base.
+void plan_side(Side& side, bool send, const std::vector<std::int64_t>& strides, const Box& whole,
+               std::size_t itemsize, bool datatypes_allowed, bool staged, Comm::Exchange& x) {
+  std::size_t off = 0;
+  for (Piece& p : side.pieces) {
+    p.packed_offset = off;
+    off += static_cast<std::size_t>(p.box.volume()) * itemsize;
   }
-  return side;
+  side.packed_bytes = off;
+  std::vector<std::int64_t> byte_strides(strides.size());
+  for (std::size_t d = 0; d < strides.size(); ++d)
+    byte_strides[d] = strides[d] * static_cast<std::int64_t>(itemsize);
+  side.packed = staged;
+  std::vector<Comm::Datatype> types(side.pieces.size());
+  for (std::size_t i = 0; i < side.pieces.size() && !side.packed; ++i) {
+    const Piece& p = side.pieces[i];
+    if (contiguous_in(strides, p.box)) continue;
+    if (!datatypes_allowed) {
+      side.packed = true;
+      break;
+    }
+    try {
+      types[i] = Comm::box_type(p.box.extents(), byte_strides, itemsize,
+                                offset_bytes(strides, whole, p.box, itemsize));
+    } catch (const ValueError&) {
+      side.packed = true;  // beyond MPI's count limit: packed and cut into pieces instead
+    }
+  }
+  for (std::size_t i = 0; i < side.pieces.size(); ++i) {
+    const Piece& p = side.pieces[i];
+    const std::size_t bytes = static_cast<std::size_t>(p.box.volume()) * itemsize;
+    if (side.packed) {
+      if (send) {
+        x.send(p.peer, p.packed_offset, bytes);
+      } else {
+        x.recv(p.peer, p.packed_offset, bytes);
+      }
+    } else if (types[i]) {
+      side.mpi_packs += bytes;
+      if (send) {
+        x.send(p.peer, types[i]);
+      } else {
+        x.recv(p.peer, types[i]);
+      }
+    } else {
+      const std::size_t at = offset_bytes(strides, whole, p.box, itemsize);
+      if (send) {
+        x.send(p.peer, at, bytes);
+      } else {
+        x.recv(p.peer, at, bytes);
+      }
+    }
+  }
 }
 
-// One MPI datatype per peer for a sub-box of a block (hvectors over its strides, the
-// contiguous innermost run as one piece, placed at the box's byte offset): MPI reads and
-// writes the blocks in place and packs itself. Freed with the exchange.
-class BoxTypes {
- public:
-  explicit BoxTypes(std::size_t n) {
-    peers_.counts.assign(n, 0);
-    peers_.displs.assign(n, 0);
-    peers_.types.assign(n, MPI_BYTE);
+// Peers whose rows (under `theirs`) meet `mine` (rows [lo, lo + n) of the split axis): a
+// range of ranks by bisection, or every rank when the split axes differ.
+template <class Fn>
+void for_each_peer_meeting(const Layout& theirs, const Box& mine, int split_of_mine, int me,
+                           int P, Fn&& fn) {
+  if (mine.volume() == 0) return;
+  int first = 0, last = P;
+  if (*theirs.split() == split_of_mine) {
+    std::tie(first, last) =
+        theirs.ranks_meeting(mine.lo[split_of_mine], mine.hi[split_of_mine]);
   }
-  ~BoxTypes() {
-    for (std::size_t p = 0; p < peers_.types.size(); ++p) {
-      if (peers_.counts[p] != 0) MPI_Type_free(&peers_.types[p]);
-    }
+  for (int q = first; q < last; ++q) {
+    if (q != me) fn(q);
   }
-  BoxTypes(const BoxTypes&) = delete;
-  BoxTypes& operator=(const BoxTypes&) = delete;
-  BoxTypes(BoxTypes&& other) noexcept : peers_(std::move(other.peers_)) {
-    other.peers_ = Comm::PeerTypes{};
-  }
-  BoxTypes& operator=(BoxTypes&&) = delete;
+}
 
-  void set(std::size_t peer, const Impl::LocalBlock& block, const Box& whole, const Box& sub,
-           std::size_t itemsize) {
-    if (sub.volume() == 0) return;
-    const auto ext = sub.extents();
-    int d = static_cast<int>(ext.size()) - 1;
-    std::int64_t run = static_cast<std::int64_t>(itemsize);
-    while (d >= 0 &&
-           (ext[d] == 1 || block.strides[d] * static_cast<std::int64_t>(itemsize) == run)) {
-      run *= ext[d];
-      --d;
-    }
-    MPI_Datatype t = MPI_DATATYPE_NULL;
-    check(MPI_Type_contiguous(static_cast<int>(run), MPI_BYTE, &t));
-    for (; d >= 0; --d) {
-      if (ext[d] == 1) continue;
-      MPI_Datatype outer = MPI_DATATYPE_NULL;
-      check(MPI_Type_create_hvector(
-          static_cast<int>(ext[d]), 1,
-          static_cast<MPI_Aint>(block.strides[d]) * static_cast<MPI_Aint>(itemsize), t, &outer));
-      MPI_Type_free(&t);
-      t = outer;
-    }
-    int one = 1;
-    const auto at = static_cast<MPI_Aint>(offset_bytes(block, whole, sub, itemsize));
-    MPI_Datatype placed = MPI_DATATYPE_NULL;
-    check(MPI_Type_create_struct(1, &one, &at, &t, &placed));
-    MPI_Type_free(&t);
-    check(MPI_Type_commit(&placed));
-    peers_.types[peer] = placed;
-    peers_.counts[peer] = 1;
+ExchangePlan build_plan(const PlanKey& key, int me, int P, bool host_accessible) {
+  const Layout& S = key.source;
+  const Layout& T = key.target;
+  const std::size_t itemsize = key.itemsize;
+  ExchangePlan x;
+  x.itemsize = itemsize;
+  x.staged = key.staged;
+  x.my_src = held(S, me);
+  x.my_dst = held(T, me);
+  const std::vector<std::int64_t> dst_strides = Impl::row_major_strides(T.lshape(me));
+  const bool datatypes_allowed = host_accessible && !key.staged;
+  if (S.is_replicated() || T == S) {
+    x.kind = ExchangeKind::Local;
+    x.local = x.my_dst;
+    return x;
   }
-  const Comm::PeerTypes& peers() const { return peers_; }
+  if (T.is_replicated()) {
+    // Every holder's block to every rank.
+    x.kind = ExchangeKind::Allgather;
+    const int s = *S.split();
+    const std::size_t row = static_cast<std::size_t>(x.my_dst.volume() / std::max<std::int64_t>(
+                                                         1, S.gshape()[s])) *
+                            itemsize;
+    const bool in_place_recv = s == 0 && !key.staged;
+    const bool in_place_send =
+        s == 0 && !key.staged && contiguous_in(key.source_strides, x.my_src);
+    x.send.packed = !in_place_send;
+    x.send.packed_bytes = static_cast<std::size_t>(x.my_src.volume()) * itemsize;
+    x.recv.packed = !in_place_recv;
+    std::size_t total = 0;
+    bool fits = true;
+    x.blocks.resize(P);
+    x.counts.assign(P, 0);
+    x.displs.assign(P, 0);
+    std::vector<std::size_t> displs(P);
+    for (int r = 0; r < P; ++r) {
+      x.blocks[r] = held(S, r);
+      const auto bytes = static_cast<std::size_t>(x.blocks[r].volume()) * itemsize;
+      displs[r] = in_place_recv ? static_cast<std::size_t>(S.offset(r)) * row : total;
+      total += bytes;
+      fits = fits && bytes <= key.count_limit && displs[r] + bytes <= key.count_limit &&
+             displs[r] + bytes <= static_cast<std::size_t>(INT_MAX);
+      if (fits) {
+        x.counts[r] = static_cast<int>(bytes);
+        x.displs[r] = static_cast<int>(displs[r]);
+      }
+    }
+    x.recv.packed_bytes = total;
+    x.allgatherv = fits;
+    if (!fits) {
+      // In pieces, point to point; its own block too goes through MPI (a message to itself).
+      const std::size_t mine = x.send.packed_bytes;
+      const std::size_t send_at =
+          in_place_send ? offset_bytes(key.source_strides, x.my_src, x.my_src, itemsize) : 0;
+      for (int r = 0; r < P; ++r) {
+        const auto bytes = static_cast<std::size_t>(x.blocks[r].volume()) * itemsize;
+        if (bytes > 0) x.exchange.recv(r, displs[r], bytes);
+        if (mine > 0) x.exchange.send(r, send_at, mine);
+      }
+    }
+    return x;
+  }
+  x.kind = ExchangeKind::PointToPoint;
+  const int s_src = *S.split(), s_dst = *T.split();
+  for_each_peer_meeting(T, x.my_src, s_src, me, P, [&](int q) {
+    const Box b = intersect(x.my_src, held(T, q));
+    if (b.volume() > 0) x.send.pieces.push_back(Piece{q, b, 0});
+  });
+  for_each_peer_meeting(S, x.my_dst, s_dst, me, P, [&](int q) {
+    const Box b = intersect(held(S, q), x.my_dst);
+    if (b.volume() > 0) x.recv.pieces.push_back(Piece{q, b, 0});
+  });
+  x.local = intersect(x.my_src, x.my_dst);
+  plan_side(x.recv, false, dst_strides, x.my_dst, itemsize, datatypes_allowed, key.staged,
+            x.exchange);
+  plan_side(x.send, true, key.source_strides, x.my_src, itemsize, datatypes_allowed, key.staged,
+            x.exchange);
+  return x;
+}
+
+// A bounded cache of plans, most recently used first; emptied before MPI is finalized (the
+// plans hold MPI datatypes).
+class PlanCache {
+ public:
+  static constexpr std::size_t kCapacity = 32;
+  static PlanCache& instance() {
+    static PlanCache* cache = [] {
+      auto* c = new PlanCache();
+      Impl::on_release([] { PlanCache::instance().clear(); });
+      return c;
+    }();
+    return *cache;
+  }
+  std::shared_ptr<ExchangePlan> find(const PlanKey& key) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (std::size_t i = 0; i < entries_.size(); ++i) {
+      if (entries_[i].first.matches(key)) {
+        std::rotate(entries_.begin(), entries_.begin() + static_cast<std::ptrdiff_t>(i),
+                    entries_.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+        return entries_.front().second;
+      }
+    }
+    return nullptr;
+  }
+  void put(PlanKey key, std::shared_ptr<ExchangePlan> plan) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    entries_.insert(entries_.begin(), {std::move(key), std::move(plan)});
+    if (entries_.size() > kCapacity) entries_.pop_back();
+  }
+  void clear() {
+    std::vector<std::pair<PlanKey, std::shared_ptr<ExchangePlan>>> gone;
+    std::lock_guard<std::mutex> lock(mutex_);
+    gone.swap(entries_);
+  }
 
  private:
-  static void check(int rc) {
-    KVMAP_CHECK(rc == MPI_SUCCESS, Error, "kvmap: building an MPI datatype failed (" << rc << ")");
-  }
-  Comm::PeerTypes peers_;
+  std::mutex mutex_;
+  std::vector<std::pair<PlanKey, std::shared_ptr<ExchangePlan>>> entries_;
 };
 
-// Moving src's data into a fresh DistView of layout `target`, planned: the destination and
-// every scratch buffer are allocated by plan_exchange (before the agreement), so that
-// run_exchange (after it) only runs kernels and MPI.
-enum class ExchangeKind { Local, Allgather, AllToAll };
-
+// One call's redistribution, planned: the destination and every scratch buffer are
+// allocated here (before the agreement), so that run_exchange (after it) only runs kernels
+// and MPI.
 template <class M>
 struct Exchange {
   Exchange(DistView<M> source, Layout target_layout)
       : src(std::move(source)), target(std::move(target_layout)) {}
   DistView<M> src;
   Layout target;
-  ExchangeKind kind = ExchangeKind::Local;
+  std::shared_ptr<ExchangePlan> plan;
   Impl::LocalBlock src_block, dst;
-  Box my_src, my_dst;
-  std::vector<Box> send_boxes, recv_boxes;
-  Side send, recv;
-  std::size_t global_max = 0;
   std::optional<Scratch<M>> send_buf, recv_buf;
   // Staged exchanges: MPI's copies of send_buf and recv_buf in host memory.
   std::optional<Scratch<Kokkos::HostSpace>> send_host, recv_host;
-  // All-to-all on host-readable memory within MPI's count limit: MPI packs (MPI_Alltoallw
-  // with a datatype per peer), no scratch buffers.
-  std::optional<BoxTypes> send_types, recv_types;
-  // The bytes MPI copies on kvmap's behalf there, counted as the packed path counts its
-  // kernels: the local part, and each side that is not read (written) in place.
-  std::size_t copied_by_mpi = 0;
 };
-
-// MPI's send and receive memory: the packed buffers where a side is not read in place, and
-// their host copies when staged.
-template <class M>
-void allocate_buffers(Exchange<M>& x, bool staged) {
-  if (!x.send.direct) x.send_buf.emplace(x.send.total);
-  if (!x.recv.direct) x.recv_buf.emplace(x.recv.total);
-  if (staged) {
-    x.send_host.emplace(x.send.total);
-    x.recv_host.emplace(x.recv.total);
-  }
-}
 
 template <class M>
 Exchange<M> plan_exchange(const DistView<M>& src, const Layout& target) {
   const Comm& comm = src.comm();
-  const int me = comm.rank(), P = comm.size();
-  const std::size_t itemsize = src.itemsize();
-  const Layout& S = src.layout();
+  const int me = comm.rank();
   Exchange<M> x(src, target);
   x.src_block = Impl::DistViewAccess::block(src);
-  x.dst = Impl::allocate_block<M>(target.lshape(me), itemsize);
-  x.my_src = held(S, me);
-  x.my_dst = held(target, me);
-  // Staged: both sides packed (contiguous buffers to move to and from host memory).
-  const bool staged = staged_through_host<M>();
-  if (S.is_replicated() || target == S) {
-    // Every rank already holds its part (replicated source, or an unchanged layout): a local
-    // copy into the new DistView's own memory, no communication.
-    x.kind = ExchangeKind::Local;
-    return x;
+  PlanKey key{comm.id(),          src.layout(), target, x.src_block.strides, src.itemsize(),
+              staged_through_host<M>(), Impl::mpi_count_limit()};
+  x.plan = PlanCache::instance().find(key);
+  if (!x.plan) {
+    x.plan = std::make_shared<ExchangePlan>(
+        build_plan(key, me, comm.size(), Impl::is_host_accessible<M>));
+    Impl::count_plan_built();
+    PlanCache::instance().put(std::move(key), x.plan);
   }
-  if (target.is_replicated()) {
-    // Every rank's block goes to every rank: one allgatherv.
-    x.kind = ExchangeKind::Allgather;
-    x.recv_boxes.resize(P);
-    for (int r = 0; r < P; ++r) x.recv_boxes[r] = held(S, r);
-    x.send =
-        plan_side(x.src_block, x.my_src, std::vector<Box>(P, x.my_src), me, itemsize, true, staged);
-    x.send.total = x.send.counts[me];  // sent once, to every rank
-    x.recv = plan_side(x.dst, x.my_dst, x.recv_boxes, me, itemsize, true, staged);
-    allocate_buffers(x, staged);
-    return x;
+  const ExchangePlan& p = *x.plan;
+  x.dst = Impl::allocate_block<M>(target.lshape(me), src.itemsize());
+  if (p.send.packed && p.send.packed_bytes > 0) x.send_buf.emplace(p.send.packed_bytes);
+  if (p.recv.packed && p.recv.packed_bytes > 0) x.recv_buf.emplace(p.recv.packed_bytes);
+  if (p.staged) {
+    if (p.send.packed_bytes > 0) x.send_host.emplace(p.send.packed_bytes);
+    if (p.recv.packed_bytes > 0) x.recv_host.emplace(p.recv.packed_bytes);
   }
-  x.kind = ExchangeKind::AllToAll;
-  x.send_boxes.resize(P);
-  x.recv_boxes.resize(P);
-  for (int p = 0; p < P; ++p) {
-    x.send_boxes[p] = intersect(x.my_src, held(target, p));
-    x.recv_boxes[p] = intersect(held(S, p), x.my_dst);
-  }
-  // A bound every rank computes alike: no rank sends or receives beyond its dense blocks.
-  for (int r = 0; r < P; ++r) {
-    x.global_max = std::max<std::size_t>(
-        x.global_max,
-        static_cast<std::size_t>(std::max(held(S, r).volume(), held(target, r).volume())) *
-            itemsize);
-  }
-  // The local part is copied directly, the rest exchanged: in place where every piece is a
-  // contiguous run of a dense block (rows of a split-0 array), else packed.
-  x.send = plan_side(x.src_block, x.my_src, x.send_boxes, me, itemsize, false, staged);
-  x.recv = plan_side(x.dst, x.my_dst, x.recv_boxes, me, itemsize, false, staged);
-  // Split axes other than 0 (pieces strided in row-major blocks), on memory MPI reads, within
-  // MPI's count limit: MPI packs straight from the source block into the destination block
-  // (a datatype per peer, the local part included), measured faster than pack kernels +
-  // MPI_Alltoallv on a quiet machine and as fast after torch work (perf/, scenario
-  // redistribution). Decided from the agreed layouts only, so every rank calls the same
-  // collective (whether its own block is dense decides only how it packs on the other path).
-  const bool row_pieces = *S.split() == 0 && *target.split() == 0;
-  if (!row_pieces && !staged && Impl::is_host_accessible<M> &&
-      x.global_max <= Impl::mpi_count_limit()) {
-    x.send_types.emplace(P);
-    x.recv_types.emplace(P);
-    for (int p = 0; p < P; ++p) {
-      x.send_types->set(p, x.src_block, x.my_src, x.send_boxes[p], itemsize);
-      x.recv_types->set(p, x.dst, x.my_dst, x.recv_boxes[p], itemsize);
-    }
-    // Counted as the packed path counts its kernels: the local part and each packed side.
-    x.copied_by_mpi = static_cast<std::size_t>(x.send_boxes[me].volume()) * itemsize +
-                      (x.send.direct ? 0 : x.send.total) + (x.recv.direct ? 0 : x.recv.total);
-    return x;
-  }
-  allocate_buffers(x, staged);
   return x;
 }
 
@@ -365,68 +450,68 @@ DistView<M> run_exchange(Exchange<M>& x) {
   using Exec = typename DistView<M>::execution_space;
   Exec exec;
   const Comm& comm = x.src.comm();
-  const int me = comm.rank(), P = comm.size();
-  const std::size_t itemsize = x.src.itemsize();
+  ExchangePlan& p = *x.plan;
+  const std::size_t itemsize = p.itemsize;
   const Impl::LocalBlock& src = x.src_block;
-  if (x.kind == ExchangeKind::Local) {
-    copy_sub_box(exec, src, x.my_src, x.dst, x.my_dst, x.my_dst, itemsize);
-  } else if (x.kind == ExchangeKind::Allgather) {
-    const unsigned char* send_ptr = static_cast<const unsigned char*>(src.data) + x.send.displs[me];
-    if (x.send_buf) {
-      copy_sub_box(exec, src, x.my_src, buffer_block(x.send_buf->data(), x.my_src), x.my_src,
-                   x.my_src, itemsize);
-      send_ptr = x.send_buf->data();
+  unsigned char* send_scratch = x.send_buf ? x.send_buf->data() : nullptr;
+  unsigned char* recv_scratch = x.recv_buf ? x.recv_buf->data() : nullptr;
+  if (p.kind == ExchangeKind::Local) {
+    copy_sub_box(exec, src, p.my_src, x.dst, p.my_dst, p.local, itemsize);
+  } else if (p.kind == ExchangeKind::Allgather) {
+    const unsigned char* send_ptr = static_cast<const unsigned char*>(src.data);
+    if (p.send.packed) {
+      if (send_scratch) {
+        copy_sub_box(exec, src, p.my_src, buffer_block(send_scratch, p.my_src), p.my_src,
+                     p.my_src, itemsize);
+      }
+      send_ptr = send_scratch;
     }
-    unsigned char* recv_base =
-        x.recv_buf ? x.recv_buf->data() : static_cast<unsigned char*>(x.dst.data);
+    unsigned char* recv_base = p.recv.packed ? recv_scratch : static_cast<unsigned char*>(x.dst.data);
     exec.fence();
-    if (x.send_host) {
-      copy_bytes<Kokkos::HostSpace, M>(x.send_host->data(), send_ptr, x.send.total);
-      comm.allgatherv_bytes(x.send_host->data(), x.send.counts[me], x.recv_host->data(),
-                            x.recv.counts, x.recv.displs);
-      copy_bytes<M, Kokkos::HostSpace>(recv_base, x.recv_host->data(), x.recv.total);
-    } else {
-      comm.allgatherv_bytes(send_ptr, x.send.counts[me], recv_base, x.recv.counts, x.recv.displs);
+    const void* mpi_send = send_ptr;
+    void* mpi_recv = recv_base;
+    if (p.staged) {
+      if (x.send_host) copy_bytes<Kokkos::HostSpace, M>(x.send_host->data(), send_ptr, p.send.packed_bytes);
+      mpi_send = x.send_host ? x.send_host->data() : nullptr;
+      mpi_recv = x.recv_host ? x.recv_host->data() : nullptr;
     }
-    if (x.recv_buf) {
-      for (int r = 0; r < P; ++r) {
-        copy_sub_box(exec, buffer_block(recv_base + x.recv.displs[r], x.recv_boxes[r]),
-                     x.recv_boxes[r], x.dst, x.my_dst, x.recv_boxes[r], itemsize);
+    if (p.allgatherv) {
+      comm.allgatherv_bytes(mpi_send, p.counts[comm.rank()], mpi_recv, p.counts, p.displs);
+    } else {
+      comm.run(p.exchange, mpi_send, mpi_recv);
+    }
+    if (p.staged && x.recv_host) copy_bytes<M, Kokkos::HostSpace>(recv_base, x.recv_host->data(), p.recv.packed_bytes);
+    if (p.recv.packed) {
+      std::size_t off = 0;
+      for (const Box& b : p.blocks) {
+        copy_sub_box(exec, buffer_block(recv_base + off, b), b, x.dst, p.my_dst, b, itemsize);
+        off += static_cast<std::size_t>(b.volume()) * itemsize;
       }
     }
-  } else if (x.send_types) {
-    exec.fence();  // every kernel's writes to the source before MPI reads it
-    comm.alltoallw(src.data, x.send_types->peers(), x.dst.data, x.recv_types->peers());
-    Impl::count_bytes_copied(x.copied_by_mpi);
   } else {
-    const unsigned char* send_base = static_cast<const unsigned char*>(src.data);
-    unsigned char* recv_base = static_cast<unsigned char*>(x.dst.data);
-    if (x.send_buf) {
-      send_base = x.send_buf->data();
-      for (int p = 0; p < P; ++p) {
-        if (p == me) continue;
-        copy_sub_box(exec, src, x.my_src,
-                     buffer_block(x.send_buf->data() + x.send.displs[p], x.send_boxes[p]),
-                     x.send_boxes[p], x.send_boxes[p], itemsize);
+    copy_sub_box(exec, src, p.my_src, x.dst, p.my_dst, p.local, itemsize);
+    if (p.send.packed) {
+      for (const Piece& q : p.send.pieces) {
+        copy_sub_box(exec, src, p.my_src, buffer_block(send_scratch + q.packed_offset, q.box),
+                     q.box, q.box, itemsize);
       }
     }
-    if (x.recv_buf) recv_base = x.recv_buf->data();
-    copy_sub_box(exec, src, x.my_src, x.dst, x.my_dst, x.send_boxes[me], itemsize);
-    exec.fence();
-    if (x.send_host) {
-      copy_bytes<Kokkos::HostSpace, M>(x.send_host->data(), send_base, x.send.total);
-      comm.alltoallv_bytes(x.send_host->data(), x.send.counts, x.send.displs, x.recv_host->data(),
-                           x.recv.counts, x.recv.displs, x.global_max);
-      copy_bytes<M, Kokkos::HostSpace>(recv_base, x.recv_host->data(), x.recv.total);
+    exec.fence();  // every kernel's writes before MPI reads them
+    const void* send_base = p.send.packed ? send_scratch : src.data;
+    void* recv_base = p.recv.packed ? recv_scratch : x.dst.data;
+    if (p.staged) {
+      if (x.send_host) copy_bytes<Kokkos::HostSpace, M>(x.send_host->data(), send_scratch, p.send.packed_bytes);
+      comm.run(p.exchange, x.send_host ? x.send_host->data() : nullptr,
+               x.recv_host ? x.recv_host->data() : nullptr);
+      if (x.recv_host) copy_bytes<M, Kokkos::HostSpace>(recv_scratch, x.recv_host->data(), p.recv.packed_bytes);
     } else {
-      comm.alltoallv_bytes(send_base, x.send.counts, x.send.displs, recv_base, x.recv.counts,
-                           x.recv.displs, x.global_max);
+      comm.run(p.exchange, send_base, recv_base);
     }
-    if (x.recv_buf) {
-      for (int q = 0; q < P; ++q) {
-        if (q == me) continue;
-        copy_sub_box(exec, buffer_block(recv_base + x.recv.displs[q], x.recv_boxes[q]),
-                     x.recv_boxes[q], x.dst, x.my_dst, x.recv_boxes[q], itemsize);
+    Impl::count_bytes_copied(p.send.mpi_packs + p.recv.mpi_packs);
+    if (p.recv.packed) {
+      for (const Piece& q : p.recv.pieces) {
+        copy_sub_box(exec, buffer_block(recv_scratch + q.packed_offset, q.box), q.box, x.dst,
+                     p.my_dst, q.box, itemsize);
       }
     }
   }
@@ -435,8 +520,6 @@ DistView<M> run_exchange(Exchange<M>& x) {
   x.recv_buf.reset();
   x.send_host.reset();
   x.recv_host.reset();
-  x.send_types.reset();
-  x.recv_types.reset();
   return Impl::DistViewAccess::make<M>(x.target, x.src.dtype(), comm, std::move(x.dst));
 }
 
@@ -466,7 +549,7 @@ DistView<M> DistView<M>::redistribute(const Layout& target) const {
                         << ", the array " << to_string(gshape()));
         return plan_exchange(*this, target);  // its own memory, also when the layout is unchanged
       },
-      [](Exchange<M>& x, const std::vector<Impl::NoPayload>&) { return run_exchange(x); });
+      [](Exchange<M>& x, const Impl::NoPayload&) { return run_exchange(x); });
 }
 
 namespace {
@@ -479,7 +562,7 @@ DistView<M> to_balanced(const DistView<M>& v, std::optional<int> split, const ch
         sig.arg("split", split);
         return plan_exchange(v, Layout::balanced(v.gshape(), split, v.comm().size()));
       },
-      [](Exchange<M>& x, const std::vector<Impl::NoPayload>&) { return run_exchange(x); });
+      [](Exchange<M>& x, const Impl::NoPayload&) { return run_exchange(x); });
 }
 }  // namespace
 
@@ -510,13 +593,10 @@ GatherPlan<M> plan_gather(const DistView<M>& v, int root) {
     if (root < 0 || comm.rank() == root) plan.copy = v.local().clone();
     return plan;
   }
-  Layout target = Layout::replicated(v.gshape(), comm.size());
-  if (root >= 0) {
-    std::vector<std::int64_t> counts(comm.size(), 0);
-    counts[root] = v.gshape()[*v.split()];
-    target = Layout::from_counts(v.gshape(), *v.split(), std::move(counts));
-  }
-  plan.exchange.emplace(plan_exchange(v, target));
+  // Every row on root (O(1), whatever the number of ranks), or everything everywhere.
+  plan.exchange.emplace(plan_exchange(
+      v, root >= 0 ? Layout::on_rank(v.gshape(), *v.split(), root, comm.size())
+                   : Layout::replicated(v.gshape(), comm.size())));
   return plan;
 }
 
@@ -546,7 +626,7 @@ at::Tensor DistView<M>::gather(int root) const {
                                                      << " ranks");
         return plan_gather(*this, root);
       },
-      [&](GatherPlan<M>& plan, const std::vector<Impl::NoPayload>&) {
+      [&](GatherPlan<M>& plan, const Impl::NoPayload&) {
         return run_gather(plan, root, comm_.rank());
       });
 }
@@ -559,7 +639,7 @@ at::Tensor DistView<M>::allgather() const {
         describe_source(sig, *this);
         return plan_gather(*this, -1);
       },
-      [&](GatherPlan<M>& plan, const std::vector<Impl::NoPayload>&) {
+      [&](GatherPlan<M>& plan, const Impl::NoPayload&) {
         return run_gather(plan, -1, comm_.rank());
       });
 }
@@ -587,17 +667,23 @@ DistView<M> DistView<M>::from_global(const at::Tensor& full, std::optional<int> 
         if (split) plan.slice.emplace(plan_exchange(*plan.whole, target));
         return plan;
       },
-      [](Plan& plan, const std::vector<Impl::NoPayload>&) {
+      [](Plan& plan, const Impl::NoPayload&) {
         return plan.slice ? run_exchange(*plan.slice) : std::move(*plan.whole);
       });
 }
 
 namespace {
-// What root tells every rank about the tensor it scatters.
+// What root tells every rank about the tensor it scatters: root's values, zeros elsewhere,
+// reduced by maximum (so every rank receives root's, whatever the number of ranks).
 struct ScatterMeta {
   std::int32_t ndim;
   std::int32_t dtype;
   std::int64_t extents[Impl::kMaxRank];
+  static void combine(const ScatterMeta& in, ScatterMeta& inout) {
+    inout.ndim = std::max(inout.ndim, in.ndim);
+    inout.dtype = std::max(inout.dtype, in.dtype);
+    for (int d = 0; d < Impl::kMaxRank; ++d) inout.extents[d] = std::max(inout.extents[d], in.extents[d]);
+  }
 };
 }  // namespace
 
@@ -626,7 +712,7 @@ DistView<M> DistView<M>::scatter(const at::Tensor& full_on_root, std::optional<i
         }
         return block;
       });
-  const ScatterMeta meta = arguments.agree()[root];
+  const ScatterMeta meta = arguments.agree();
   const Shape gshape(meta.extents, meta.extents + meta.ndim);
   const DType dtype = static_cast<DType>(meta.dtype);
 
@@ -642,9 +728,7 @@ DistView<M> DistView<M>::scatter(const at::Tensor& full_on_root, std::optional<i
           source = Layout::replicated(gshape, comm.size());
         } else {
           const int s = Impl::normalize_axis(split.value_or(0), meta.ndim, "split axis");
-          std::vector<std::int64_t> counts(comm.size(), 0);
-          counts[root] = gshape[s];
-          source = Layout::from_counts(gshape, s, std::move(counts));
+          source = Layout::on_rank(gshape, s, root, comm.size());
         }
         if (me != root) {
           block.extents = source->lshape(me);
@@ -654,7 +738,7 @@ DistView<M> DistView<M>::scatter(const at::Tensor& full_on_root, std::optional<i
         return plan_exchange(Impl::DistViewAccess::make<M>(*source, dtype, comm, std::move(block)),
                              target);
       },
-      [&](Exchange<M>& x, const std::vector<Impl::NoPayload>&) {
+      [&](Exchange<M>& x, const Impl::NoPayload&) {
         if (meta.ndim == 0) {
           // A scalar: root's one element, broadcast into every rank's copy.
           bcast_element<M>(comm, x.src_block.data, dtype, root);

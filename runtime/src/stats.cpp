@@ -13,6 +13,7 @@ struct Counters {
   std::atomic<std::uint64_t> bytes_allocated{0};
   std::atomic<std::int64_t> bytes_live{0};
   std::atomic<std::int64_t> allocations_live{0};  // zero-byte blocks included
+  std::atomic<std::uint64_t> plans_built{0};
 };
 Counters& counters() {
   static Counters c;
@@ -29,6 +30,7 @@ Stats stats() {
   s.collectives = c.collectives.load();
   s.bytes_allocated = c.bytes_allocated.load();
   s.bytes_live = c.bytes_live.load();
+  s.plans_built = c.plans_built.load();
   return s;
 }
 
@@ -39,6 +41,7 @@ void reset_stats() {
   c.chunks_run = 0;
   c.collectives = 0;
   c.bytes_allocated = 0;
+  c.plans_built = 0;
 }
 
 namespace Impl {
@@ -53,6 +56,9 @@ void count_chunks(std::uint64_t n) {
 }
 void count_collective() {
   ++counters().collectives;
+}
+void count_plan_built() {
+  ++counters().plans_built;
 }
 void count_allocation(std::uint64_t n) {
   counters().bytes_allocated += n;

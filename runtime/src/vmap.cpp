@@ -1,5 +1,5 @@
-// The vmap scheduler: validate, agree on options, run the chunks under functorch, agree on
-// the results, assemble the output DistViews.
+// The vmap scheduler: validate, run the chunks under functorch, agree once (status,
+// signature, outputs), assemble the output DistViews.
 #include "kvmap/vmap.hpp"
 
 #include <ATen/ATen.h>
@@ -107,7 +107,7 @@ std::int64_t validate_arrays(const std::vector<ArrayArg>& arrays, const std::vec
   const std::int64_t batch = first.gshape()[*first.split()];
   for (std::size_t j = 1; j < mapped.size(); ++j) {
     const Layout& l = arrays[mapped[j]].layout;
-    KVMAP_CHECK(l.gshape()[*l.split()] == batch && l.counts() == first.counts(), ValueError,
+    KVMAP_CHECK(l.gshape()[*l.split()] == batch && l.same_rows(first), ValueError,
                 "kvmap::vmap: mapped inputs need the same batch length and the same per-rank "
                 "counts along their split axes, but mapped input 0 has "
                     << first << " and mapped input " << j << " has " << l);
@@ -118,33 +118,20 @@ std::int64_t validate_arrays(const std::vector<ArrayArg>& arrays, const std::vec
   return batch;
 }
 
-// Built on every call: plain string appends, no stream.
 void describe_options(Signature& sig, const VmapOptions& o, const StreamState& stream) {
-  std::string dims = "[";
-  for (std::size_t i = 0; i < o.out_dims().size(); ++i) {
-    if (i) dims += ", ";
-    dims += std::to_string(o.out_dims()[i]);
-  }
-  dims += "]";
-  sig.arg("out_dims", dims).arg("randomness", name(o.randomness()));
+  sig.ints("out_dims", o.out_dims()).text("randomness", name(o.randomness()));
   // The per-sample random stream (kvmap::sample_uniform/normal): the same on every rank
   // unless ranks seeded differently (kvmap::manual_seed on part of the communicator).
-  sig.arg("stream", stream.describe());
+  sig.arg("seed", stream.seed).arg("stream", stream.stream);
 }
 
 // ---- per-output metadata, fixed by chunk 0 and agreed across ranks ----------------------
-constexpr int kInlineOutputs = 8;
 struct OutputMeta {
   std::int32_t ndim;  // per sample
   std::int32_t dtype;
   std::int32_t out_dim;  // normalized
   std::int32_t pad;
   std::int64_t shape[kMaxRank];  // per sample
-};
-struct ResultMeta {
-  std::int32_t ran;  // 1 when this rank ran f (non-empty local batch)
-  std::int32_t nout;
-  OutputMeta out[kInlineOutputs];
 };
 
 std::string describe(const OutputMeta& m) {
@@ -154,15 +141,73 @@ std::string describe(const OutputMeta& m) {
   return os.str();
 }
 
-std::string serialize(const std::vector<OutputMeta>& metas) {
-  return std::string(reinterpret_cast<const char*>(metas.data()),
-                     metas.size() * sizeof(OutputMeta));
+std::uint64_t fingerprint(const std::vector<OutputMeta>& metas) {
+  std::uint64_t h = combine64(0x6f757470757473ull, metas.size());
+  for (const OutputMeta& m : metas) {
+    h = combine64(h, static_cast<std::uint64_t>(m.ndim) << 40 |
+                         static_cast<std::uint64_t>(m.dtype) << 20 |
+                         static_cast<std::uint64_t>(m.out_dim));
+    for (int d = 0; d < m.ndim; ++d) h = combine64(h, static_cast<std::uint64_t>(m.shape[d]));
+  }
+  return h;
 }
 
-std::vector<OutputMeta> deserialize(const std::string& s) {
-  std::vector<OutputMeta> out(s.size() / sizeof(OutputMeta));
-  if (!out.empty()) std::memcpy(out.data(), s.data(), out.size() * sizeof(OutputMeta));
-  return out;
+// What one vmap call agrees on, besides status and signature: 96 bytes, whatever the number
+// of ranks or outputs (the whole agreement packet is 120 bytes).
+//   outputs  fingerprint of every output's metadata, over the ranks that ran f;
+//   state    Same mode: fingerprint of the generator state each rank starts from;
+//   words    the metadata itself for ranks without samples, reduced by maximum (0 from the
+//            ranks that did not run f, so the ranks that did give it): word 0 holds
+//            nout + 1, an overflow bit and up to 3 outputs' (dtype, ndim, out_dim) in 12 bits
+//            each, words 1..7 their per-sample extents. Metadata that does not fit is
+//            broadcast by the first rank with samples, only when some rank holds none.
+struct VmapAgreement {
+  static constexpr int kWords = 8, kInlineOutputs = 3;
+  MinMax64 outputs;
+  MinMax64 state;
+  std::uint64_t words[kWords];
+  static void combine(const VmapAgreement& in, VmapAgreement& inout) {
+    inout.outputs.combine(in.outputs);
+    inout.state.combine(in.state);
+    for (int k = 0; k < kWords; ++k) inout.words[k] = std::max(inout.words[k], in.words[k]);
+  }
+};
+
+void encode(const std::vector<OutputMeta>& metas, VmapAgreement& a) {
+  std::uint64_t word0 = metas.size() + 1;
+  bool fits = metas.size() <= static_cast<std::size_t>(VmapAgreement::kInlineOutputs);
+  int w = 1;
+  for (std::size_t k = 0; k < metas.size() && fits; ++k) {
+    const OutputMeta& m = metas[k];
+    word0 |= static_cast<std::uint64_t>(m.dtype | m.ndim << 4 | m.out_dim << 8) << (20 + 12 * k);
+    for (int d = 0; d < m.ndim; ++d) {
+      if (w == VmapAgreement::kWords) {
+        fits = false;
+        break;
+      }
+      a.words[w++] = static_cast<std::uint64_t>(m.shape[d]);
+    }
+  }
+  if (!fits) word0 |= 1ull << 16;
+  a.words[0] = word0;
+}
+
+// The outputs' metadata from the reduced words; nullopt when it did not fit.
+std::optional<std::vector<OutputMeta>> decode(const VmapAgreement& a) {
+  const std::uint64_t word0 = a.words[0];
+  if (word0 & (1ull << 16)) return std::nullopt;
+  std::vector<OutputMeta> metas(static_cast<std::size_t>((word0 & 0xffff) - 1));
+  int w = 1;
+  for (std::size_t k = 0; k < metas.size(); ++k) {
+    OutputMeta& m = metas[k];
+    std::memset(&m, 0, sizeof m);
+    const std::uint64_t bits = word0 >> (20 + 12 * k);
+    m.dtype = static_cast<std::int32_t>(bits & 0xf);
+    m.ndim = static_cast<std::int32_t>(bits >> 4 & 0xf);
+    m.out_dim = static_cast<std::int32_t>(bits >> 8 & 0xf);
+    for (int d = 0; d < m.ndim; ++d) m.shape[d] = static_cast<std::int64_t>(a.words[w++]);
+  }
+  return metas;
 }
 
 // ---- 3./4. the local run ------------------------------------------------------------------
@@ -381,50 +426,62 @@ LocalRun run_local(const VmapOptions& options, std::int64_t n_local, const Chunk
   return out;
 }
 
-// Output metadata of the ranks that ran f, checked identical: every rank sees the same data
-// and reaches the same verdict (throws alike).
-std::vector<OutputMeta> agreed_outputs(const Comm& comm, const std::vector<ResultMeta>& all,
-                                       const std::vector<OutputMeta>& mine) {
-  int nout_max = 0;
-  for (const ResultMeta& r : all) nout_max = std::max(nout_max, static_cast<int>(r.nout));
-  std::vector<std::vector<OutputMeta>> metas(all.size());
-  if (nout_max > kInlineOutputs) {
-    const std::vector<std::string> s = comm.allgather_strings(serialize(mine));
-    for (std::size_t r = 0; r < all.size(); ++r) metas[r] = deserialize(s[r]);
-  } else {
-    for (std::size_t r = 0; r < all.size(); ++r)
-      metas[r].assign(all[r].out, all[r].out + all[r].nout);
-  }
-  int ref = -1;
-  for (std::size_t r = 0; r < all.size(); ++r) {
+// The outputs of the ranks that ran f differ: every rank learns which ranks and what they
+// returned (the failure path: per-rank fingerprints, then two ranks' metadata), and throws
+// the same ValueError.
+[[noreturn]] void raise_different_outputs(const Comm& comm, bool ran,
+                                          const std::vector<OutputMeta>& mine) {
+  struct Record {
+    std::uint64_t ran;
+    std::uint64_t outputs;
+  };
+  const std::vector<Record> all = comm.allgather(Record{ran ? 1u : 0u, fingerprint(mine)});
+  int ref = -1, other = -1;
+  for (int r = 0; r < comm.size(); ++r) {
     if (!all[r].ran) continue;
     if (ref < 0) {
-      ref = static_cast<int>(r);
-      continue;
-    }
-    const auto& a = metas[ref];
-    const auto& b = metas[r];
-    bool same = a.size() == b.size();
-    for (std::size_t k = 0; same && k < a.size(); ++k)
-      same = std::memcmp(&a[k], &b[k], sizeof(OutputMeta)) == 0;
-    if (!same) {
-      std::ostringstream os;
-      os << "kvmap::vmap: the function's outputs differ between ranks: rank " << ref << " returned "
-         << a.size() << " output(s)";
-      for (const auto& m : a) os << " [" << describe(m) << "]";
-      os << ", rank " << r << " returned " << b.size();
-      for (const auto& m : b) os << " [" << describe(m) << "]";
-      throw ValueError(os.str());
+      ref = r;
+    } else if (other < 0 && all[r].outputs != all[ref].outputs) {
+      other = r;
     }
   }
-  return metas[ref];
+  auto metas_of = [&](int root) {
+    std::uint64_t n = ran ? mine.size() : 0;
+    comm.bcast_bytes(&n, sizeof n, root);
+    std::vector<OutputMeta> metas(static_cast<std::size_t>(n));
+    if (comm.rank() == root) metas = mine;
+    if (n > 0) comm.bcast_bytes(metas.data(), n * sizeof(OutputMeta), root);
+    return metas;
+  };
+  const std::vector<OutputMeta> a = metas_of(ref), b = metas_of(other);
+  std::ostringstream os;
+  os << "kvmap::vmap: the function's outputs differ between ranks: rank " << ref << " returned "
+     << a.size() << " output(s)";
+  for (const auto& m : a) os << " [" << describe(m) << "]";
+  os << ", rank " << other << " returned " << b.size();
+  for (const auto& m : b) os << " [" << describe(m) << "]";
+  throw ValueError(os.str());
 }
 
-Layout output_layout(const OutputMeta& m, std::int64_t batch,
-                     const std::vector<std::int64_t>& counts) {
-  Shape gshape(m.shape, m.shape + m.ndim);
-  gshape.insert(gshape.begin() + m.out_dim, batch);
-  return Layout::from_counts(gshape, m.out_dim, counts);
+// The outputs' metadata on every rank, after an agreement in which every rank succeeded: a
+// rank that ran f has its own (checked equal to every other's by the fingerprints); the
+// others decode it from the agreement, or receive it from the first rank with samples when it
+// did not fit there.
+std::vector<OutputMeta> agreed_outputs(const Comm& comm, const VmapAgreement& agreed,
+                                       const Layout& lead, bool ran,
+                                       const std::vector<OutputMeta>& mine) {
+  if (ran) {
+    // A rank with samples still joins the broadcast that ranks without need.
+    if (lead.ranks_with_rows() < comm.size() && !decode(agreed)) {
+      std::vector<OutputMeta> copy = mine;
+      comm.bcast_bytes(copy.data(), copy.size() * sizeof(OutputMeta), lead.owner(0));
+    }
+    return mine;
+  }
+  if (std::optional<std::vector<OutputMeta>> metas = decode(agreed)) return *metas;
+  std::vector<OutputMeta> metas(static_cast<std::size_t>((agreed.words[0] & 0xffff) - 1));
+  comm.bcast_bytes(metas.data(), metas.size() * sizeof(OutputMeta), lead.owner(0));
+  return metas;
 }
 
 struct CoreResult {
@@ -435,7 +492,7 @@ struct CoreResult {
 
 // The plan: validation, and the signature every rank must share (each argument's layout,
 // dtype and communicator, the options, the random stream; in Same mode the generator state
-// size, so the state broadcast needs no agreement of its own).
+// size).
 struct Plan {
   std::vector<int> mapped;
   std::int64_t batch = 0;
@@ -451,7 +508,7 @@ Plan plan_call(Signature& sig, const std::vector<ArrayArg>& arrays, DeviceSpec d
   Plan p;
   for (std::size_t k = 0; k < arrays.size(); ++k) {
     sig.arg("array", arrays[k].layout).arg("dtype", arrays[k].dtype);
-    sig.arg("array_comm", "#" + std::to_string(arrays[k].comm_id));
+    sig.arg("array_comm", arrays[k].comm_id);
     if (arrays[k].layout.split()) p.mapped.push_back(static_cast<int>(k));
   }
   p.batch = validate_arrays(arrays, p.mapped);
@@ -461,74 +518,61 @@ Plan plan_call(Signature& sig, const std::vector<ArrayArg>& arrays, DeviceSpec d
 // What this rank's run of f leaves for assembly.
 struct LocalOutputs {
   LocalRun run;
-  std::vector<Layout> layouts;
   std::vector<LocalBlock> blocks;
 };
 
 // Runs f on this rank's samples (none on a rank without any): torch on the device and stream
-// of the Kokkos instance throughout. Makes no MPI call, except the generator state broadcast
-// of Same mode (every rank constructs the GeneratorScope, with or without samples).
+// of the Kokkos instance throughout. Makes no MPI call. `start` is the generator state Same
+// mode starts every chunk from.
 LocalOutputs run_here(const Plan& plan, const std::vector<ArrayArg>& arrays,
                       const std::vector<MemorySpan>& tensor_spans, const Comm& comm,
                       DeviceSpec device, const VmapOptions& options, const StreamState& stream,
-                      const ArgsCall& call, Allocate allocate) {
+                      const ArgsCall& call, Allocate allocate, const at::Tensor& start) {
   LocalOutputs out;
   const Layout& lead = arrays[plan.mapped[0]].layout;
   const int me = comm.rank();
-  const std::int64_t n_local = lead.counts()[me];
-  std::optional<TorchStreamScope> torch_on_kokkos;
-  std::optional<GeneratorScope> generator;
-  auto set_up = [&] {
-    if (kokkos_fence_needed(device)) Kokkos::fence();  // Kokkos' writes before torch reads them
-    torch_on_kokkos.emplace(device);
-    generator.emplace(options.randomness(), comm, device);
-  };
-  // In Same mode every rank must reach the broadcast: a failure before it ends the job.
-  if (options.randomness() == Randomness::Same) {
-    run_agreed("vmap", comm, set_up);
-  } else {
-    set_up();
-  }
+  const std::int64_t n_local = lead.count(me);
+  if (kokkos_fence_needed(device)) Kokkos::fence();  // Kokkos' writes before torch reads them
+  TorchStreamScope torch_on_kokkos(device);
+  GeneratorScope generator(options.randomness(), comm, device, start);
   if (n_local > 0) {
     std::vector<at::Tensor> locals;
     locals.reserve(arrays.size());
     for (const ArrayArg& a : arrays) locals.push_back(tensor_from_block(a.block, a.dtype, device));
     std::vector<MemorySpan> input_spans = tensor_spans;
     for (const ArrayArg& a : arrays) input_spans.push_back(span_of(a.block, size_of(a.dtype)));
-    ChunkRunner runner{arrays,     locals, options,         call,
-                       *generator, device, lead.offset(me), stream.key()};
+    ChunkRunner runner{arrays,    locals, options,         call,
+                       generator, device, lead.offset(me), stream.key()};
     out.run = run_local(options, n_local, runner, allocate, input_spans);
     count_chunks(static_cast<std::uint64_t>(out.run.chunks));
+    KVMAP_CHECK(out.run.metas.size() < 0xffff, ValueError,
+                "kvmap::vmap: the function returned " << out.run.metas.size()
+                                                      << " outputs; at most 65534 are supported");
     // Everything assembly needs from the outputs, checked before the result agreement.
-    for (const OutputMeta& m : out.run.metas)
-      out.layouts.push_back(output_layout(m, plan.batch, lead.counts()));
     for (const at::Tensor& t : out.run.outputs) out.blocks.push_back(block_from_tensor(t));
   }
-  torch_on_kokkos->finish();
+  torch_on_kokkos.finish();
   return out;
 }
 
-// This rank's status and output metadata, as the result agreement carries them.
-ResultMeta summarize(const LocalOutputs& here, bool ran) {
-  ResultMeta mine;
-  std::memset(&mine, 0, sizeof mine);
-  mine.ran = ran ? 1 : 0;
-  mine.nout = static_cast<std::int32_t>(here.run.metas.size());
-  for (int k = 0; k < std::min<int>(mine.nout, kInlineOutputs); ++k)
-    mine.out[k] = here.run.metas[k];
-  return mine;
+Layout output_layout(const Layout& lead, const OutputMeta& m) {
+  Shape gshape(m.shape, m.shape + m.ndim);
+  gshape.insert(gshape.begin() + m.out_dim, lead.gshape()[*lead.split()]);
+  return lead.with_shape(std::move(gshape), m.out_dim);
 }
 
 // After the agreement; cannot fail (zero-byte blocks on ranks without samples).
-CoreResult assemble(LocalOutputs& here, const std::vector<OutputMeta>& agreed, const Plan& plan,
-                    const std::vector<ArrayArg>& arrays, int me, Allocate allocate) {
+CoreResult assemble(LocalOutputs& here, const std::vector<OutputMeta>& metas, const Layout& lead,
+                    int me, Allocate allocate) {
   Region region("kvmap::vmap/assemble");
-  const std::vector<std::int64_t>& counts = arrays[plan.mapped[0]].layout.counts();
-  const bool ran = counts[me] > 0;
+  const bool ran = lead.count(me) > 0;
   CoreResult result;
-  for (std::size_t k = 0; k < agreed.size(); ++k) {
-    const DType dt = static_cast<DType>(agreed[k].dtype);
-    Layout layout = ran ? std::move(here.layouts[k]) : output_layout(agreed[k], plan.batch, counts);
+  result.blocks.reserve(metas.size());
+  result.dtypes.reserve(metas.size());
+  result.layouts.reserve(metas.size());
+  for (std::size_t k = 0; k < metas.size(); ++k) {
+    const DType dt = static_cast<DType>(metas[k].dtype);
+    Layout layout = output_layout(lead, metas[k]);
     result.blocks.push_back(ran ? std::move(here.blocks[k])
                                 : allocate(layout.lshape(me), size_of(dt)));
     result.dtypes.push_back(dt);
@@ -537,11 +581,13 @@ CoreResult assemble(LocalOutputs& here, const std::vector<OutputMeta>& agreed, c
   return result;
 }
 
-// Error and Different modes: ONE collective per call. Each rank validates, runs f on its
-// samples (f makes no MPI call) and then agrees once: its plan/f status, the hash of its
-// signature and its output metadata travel together. On one rank nothing communicates.
-// Same mode keeps a collective before f: the arguments are agreed, then rank 0's generator
-// state is broadcast, then f runs and the results are agreed.
+// ONE collective per call, in every randomness mode: each rank validates, runs f on its
+// samples (f makes no MPI call) and then agrees once: its plan/f status, the fingerprint of
+// its signature, the fingerprint of its outputs' metadata (and in Same mode of the generator
+// state it started from) travel together in a fixed-size reduction. On one rank nothing
+// communicates. Same mode starts every rank from its own generator state: when the states
+// turn out to differ (ranks seeded differently), rank 0's state is broadcast and f runs again
+// from it (its first results are dropped).
 CoreResult run_core(const std::vector<ArrayArg>& arrays,
                     const std::vector<MemorySpan>& tensor_spans, const Comm& comm,
                     DeviceSpec device, const VmapOptions& options, const ArgsCall& call,
@@ -551,48 +597,47 @@ CoreResult run_core(const std::vector<ArrayArg>& arrays,
   const int me = comm.rank();
   // Every rank takes the next stream, whatever happens next.
   const StreamState stream = next_stream(comm);
-  if (options.randomness() != Randomness::Same) {
-    Collective<ResultMeta> once("vmap", comm);
+  const bool same = options.randomness() == Randomness::Same;
+  at::Tensor start = same ? GeneratorScope::current_state(device) : at::Tensor();
+  for (int attempt = 0;; ++attempt) {
+    Collective<VmapAgreement> once("vmap", comm);
     LocalOutputs here;
-    std::optional<Plan> plan = once.plan([&](Signature& sig, ResultMeta& payload) {
+    const Layout* lead = nullptr;
+    std::optional<Plan> plan = once.plan([&](Signature& sig, VmapAgreement& payload) {
+      if (same) payload.state.set(GeneratorScope::fingerprint(start));
       Plan p = plan_call(sig, arrays, device, options, stream);
-      here = run_here(p, arrays, tensor_spans, comm, device, options, stream, call, allocate);
-      payload = summarize(here, arrays[p.mapped[0]].layout.counts()[me] > 0);
+      lead = &arrays[p.mapped[0]].layout;
+      here = run_here(p, arrays, tensor_spans, comm, device, options, stream, call, allocate,
+                      start);
+      if (lead->count(me) > 0) {
+        payload.outputs.set(fingerprint(here.run.metas));
+        encode(here.run.metas, payload);
+      }
       return p;
     });
-    std::vector<ResultMeta> all;
+    VmapAgreement agreed;
     {
       Region region("kvmap::vmap/agree");
-      all = once.agree();
+      const AgreementPacket<VmapAgreement>& packet = once.reduce();
+      agreed = packet.payload;
+      if (same && attempt == 0 && !agreed.state.same() &&
+          packet.head.fingerprint_min == packet.head.fingerprint_max) {
+        // Every rank made the same call, from different generator states: again, from rank
+        // 0's. (A rank whose plan failed signed alike only if f failed, whose result is
+        // dropped with the rest.)
+        comm.bcast_bytes(start.data_ptr(), static_cast<std::size_t>(start.numel()), 0);
+        continue;
+      }
+      once.judge();
+      // Outputs that differ between ranks are seen alike by every rank: all throw.
+      if (!agreed.outputs.same()) raise_different_outputs(comm, lead->count(me) > 0, here.run.metas);
     }
-    const std::vector<OutputMeta> agreed = agreed_outputs(comm, all, here.run.metas);
-    return once.execute([&] { return assemble(here, agreed, *plan, arrays, me, allocate); });
+    return once.execute([&] {
+      const std::vector<OutputMeta> metas =
+          agreed_outputs(comm, agreed, *lead, lead->count(me) > 0, here.run.metas);
+      return assemble(here, metas, *lead, me, allocate);
+    });
   }
-
-  Collective<> arguments("vmap", comm);
-  std::optional<Plan> plan = arguments.plan(
-      [&](Signature& sig, NoPayload&) { return plan_call(sig, arrays, device, options, stream); });
-  arguments.agree();
-  // f's failure (and a failure of the run around it) is agreed below with the results.
-  std::exception_ptr error;
-  LocalOutputs here;
-  arguments.execute([&] {
-    try {
-      here = run_here(*plan, arrays, tensor_spans, comm, device, options, stream, call, allocate);
-    } catch (...) {
-      error = std::current_exception();
-    }
-    return true;
-  });
-  std::vector<OutputMeta> agreed;
-  {
-    Region region("kvmap::vmap/agree");
-    const bool ran = arrays[plan->mapped[0]].layout.counts()[me] > 0 && !error;
-    const std::vector<ResultMeta> all = comm.agree_gather(error, summarize(here, ran));
-    agreed = agreed_outputs(comm, all, here.run.metas);
-  }
-  return run_agreed("vmap", comm,
-                    [&] { return assemble(here, agreed, *plan, arrays, me, allocate); });
 }
 
 }  // namespace

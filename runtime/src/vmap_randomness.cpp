@@ -20,7 +20,7 @@ namespace Impl {
 namespace {
 thread_local SampleContext* t_context = nullptr;
 
-std::uint64_t mix64(std::uint64_t x) {
+std::uint64_t mix_bits(std::uint64_t x) {
   x ^= x >> 33;
   x *= 0xff51afd7ed558ccdull;
   x ^= x >> 33;
@@ -28,13 +28,19 @@ std::uint64_t mix64(std::uint64_t x) {
   return x ^ (x >> 33);
 }
 
+// Eight bytes at a time: a CPU generator's state is about 5 KB, hashed on every call.
 std::uint64_t hash_bytes(const at::Tensor& bytes) {
   const at::Tensor c = bytes.contiguous();
   const auto* p = static_cast<const unsigned char*>(c.data_ptr());
-  std::uint64_t h = 1469598103934665603ull;
-  for (std::int64_t i = 0; i < c.numel() * static_cast<std::int64_t>(c.element_size()); ++i) {
-    h = (h ^ p[i]) * 1099511628211ull;
+  const auto n = static_cast<std::size_t>(c.numel()) * c.element_size();
+  std::uint64_t h = 0x9E3779B97F4A7C15ull ^ n;
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    std::uint64_t w = 0;
+    std::memcpy(&w, p + i, 8);
+    h = mix_bits(h ^ w) + i;
   }
+  for (; i < n; ++i) h = mix_bits(h ^ p[i]);
   return h;
 }
 
@@ -53,7 +59,7 @@ at::Tensor sample(at::IntArrayRef shape, at::ScalarType dtype, SampleKind kind, 
   at::Tensor physical = at::empty(full, at::TensorOptions().dtype(at::kDouble));
   const std::int64_t per_sample = ctx->batch > 0 ? physical.numel() / ctx->batch : 0;
   const std::uint64_t key =
-      mix64(ctx->key ^ mix64(static_cast<std::uint64_t>(call) + 0x9E3779B97F4A7C15ull));
+      mix_bits(ctx->key ^ mix_bits(static_cast<std::uint64_t>(call) + 0x9E3779B97F4A7C15ull));
   double* out = physical.data_ptr<double>();
   const std::int64_t offset = ctx->global_offset;
   at::parallel_for(0, ctx->batch, 1, [&](std::int64_t begin, std::int64_t end) {
@@ -82,21 +88,20 @@ SampleContextGuard::~SampleContextGuard() {
   t_context = previous_;
 }
 
-GeneratorScope::GeneratorScope(Randomness mode, const Comm& comm, DeviceSpec device) : mode_(mode) {
+GeneratorScope::GeneratorScope(Randomness mode, const Comm& comm, DeviceSpec device,
+                               const at::Tensor& start)
+    : mode_(mode) {
   if (mode_ == Randomness::Error) return;
   generator_ = at::globalContext().defaultGenerator(torch_device(device));
   std::lock_guard<std::mutex> lock(generator_.mutex());
-  at::Tensor state = generator_.get_state();
   if (mode_ == Randomness::Same) {
-    const std::uint64_t nbytes = static_cast<std::uint64_t>(state.numel() * state.element_size());
-    state = state.contiguous().clone();
-    comm.bcast_bytes(state.data_ptr(), nbytes, 0);
-    generator_.set_state(state);
-    synchronized_state_ = state;
+    generator_.set_state(start);
+    synchronized_state_ = start;
+    state_hash_ = hash_bytes(start);
   } else {
-    state_hash_ = hash_bytes(state);
+    state_hash_ = hash_bytes(generator_.get_state());
     generator_.set_current_seed(
-        mix64(state_hash_ ^ mix64(static_cast<std::uint64_t>(comm.rank()) + 1)) >> 1);
+        mix_bits(state_hash_ ^ mix_bits(static_cast<std::uint64_t>(comm.rank()) + 1)) >> 1);
   }
 }
 
@@ -107,6 +112,16 @@ std::uint64_t GeneratorScope::state_bytes(DeviceSpec device) {
   return static_cast<std::uint64_t>(state.numel() * state.element_size());
 }
 
+at::Tensor GeneratorScope::current_state(DeviceSpec device) {
+  at::Generator generator = at::globalContext().defaultGenerator(torch_device(device));
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  return generator.get_state().contiguous().clone();
+}
+
+std::uint64_t GeneratorScope::fingerprint(const at::Tensor& state) {
+  return hash_bytes(state);
+}
+
 void GeneratorScope::before_chunk() {
   if (mode_ != Randomness::Same) return;
   std::lock_guard<std::mutex> lock(generator_.mutex());
@@ -114,9 +129,11 @@ void GeneratorScope::before_chunk() {
 }
 
 GeneratorScope::~GeneratorScope() {
-  if (mode_ != Randomness::Different) return;
+  if (mode_ == Randomness::Error) return;
   std::lock_guard<std::mutex> lock(generator_.mutex());
-  generator_.set_current_seed(mix64(state_hash_ ^ 0xA5A5A5A5A5A5A5A5ull) >> 1);
+  generator_.set_current_seed(
+      mix_bits(state_hash_ ^ (mode_ == Randomness::Same ? 0x5A5A5A5A5A5A5A5Aull : 0xA5A5A5A5A5A5A5A5ull)) >>
+      1);
 }
 
 }  // namespace Impl

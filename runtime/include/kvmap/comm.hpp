@@ -49,7 +49,11 @@ class Comm {
   // on every rank, whatever other communicators each rank used in between.
   std::uint64_t next_sequence(std::uint64_t epoch) const;
 
-  // ---- typed collectives (every rank must call them in the same order) -------------
+  // ---- transport (every rank must call the collectives in the same order) -------------
+  // kvmap's agreement protocol and redistribution plans (runtime/src/collective.hpp,
+  // redistribute.cpp) are built on these; on a one-rank communicator no collective here makes
+  // an MPI call.
+
   // Each rank contributes one trivially copyable value; returns all of them in rank order.
   template <class T>
   std::vector<T> allgather(const T& value) const {
@@ -58,9 +62,14 @@ class Comm {
     allgather_bytes(&value, sizeof(T), out.data());
     return out;
   }
-  std::vector<std::string> allgather_strings(const std::string& mine) const;
   void allgather_bytes(const void* mine, std::size_t nbytes, void* all) const;
   void bcast_bytes(void* data, std::size_t nbytes, int root) const;
+  // Root's string on every rank (its length, then its bytes).
+  std::string bcast_string(const std::string& mine, int root) const;
+  // In-place reduction of one `nbytes`-byte record with a commutative and associative MPI
+  // user function (kvmap's agreements). The MPI operation and the record's datatype are made
+  // once per function and size and kept until MPI is finalized.
+  void allreduce_bytes(void* record, std::size_t nbytes, MPI_User_function* combine) const;
   // In-place sum/max over ranks of n values of the given dtype.
   void allreduce_sum(void* data, std::size_t n, DType dtype) const;
   void allreduce_max(void* data, std::size_t n, DType dtype) const;
@@ -74,56 +83,57 @@ class Comm {
     allreduce_max(&value, 1, dtype_of<T>());
     return value;
   }
+  // Byte-wise all-gather of variable-size blocks, counts and displacements (in bytes) known on
+  // every rank and within MPI's count limit (Exchange takes larger ones).
+  void allgatherv_bytes(const void* send, int send_count, void* recv, const std::vector<int>& counts,
+                        const std::vector<int>& displs) const;
 
-  // Byte-wise all-to-all with per-peer counts and displacements of any size.
-  // `global_max` must be the same on every rank and at least every count and every
-  // displacement + count on any rank; above the MPI count limit the exchange is done
-  // in pieces by point-to-point messages instead of one MPI_Alltoallv.
-  void alltoallv_bytes(const void* send, const std::vector<std::size_t>& send_counts,
-                       const std::vector<std::size_t>& send_displs, void* recv,
-                       const std::vector<std::size_t>& recv_counts,
-                       const std::vector<std::size_t>& recv_displs, std::size_t global_max) const;
-  // Per-peer arguments of MPI_Alltoallw, ready to pass: count 1 and a datatype that places
-  // its bytes relative to the buffer, or count 0 (nothing to or from that peer);
-  // displacements 0.
-  struct PeerTypes {
-    std::vector<int> counts, displs;
-    std::vector<MPI_Datatype> types;
+  // An MPI datatype kvmap built; freed with its last copy (unless MPI is finalized by then).
+  class Datatype {
+   public:
+    Datatype() = default;
+    MPI_Datatype raw() const { return type_ ? *type_ : MPI_DATATYPE_NULL; }
+    explicit operator bool() const { return type_ != nullptr; }
+
+   private:
+    friend class Comm;
+    std::shared_ptr<MPI_Datatype> type_;
   };
-  // All-to-all where MPI packs (MPI_Alltoallw). Allocates nothing.
-  void alltoallw(const void* send, const PeerTypes& send_types, void* recv,
-                 const PeerTypes& recv_types) const;
-  // Byte-wise all-gather of variable-size blocks (counts/displs known on every rank).
-  void allgatherv_bytes(const void* send, std::size_t send_count, void* recv,
-                        const std::vector<std::size_t>& counts,
-                        const std::vector<std::size_t>& displs) const;
+  // A box of a strided block for MPI to pack: `extents` elements of `itemsize` bytes, byte
+  // strides `byte_strides`, starting `offset` bytes after the block's base. Committed once;
+  // ValueError where an extent or the contiguous run exceeds MPI's count limit.
+  static Datatype box_type(const std::vector<std::int64_t>& extents,
+                           const std::vector<std::int64_t>& byte_strides, std::size_t itemsize,
+                           std::size_t offset);
 
-  // ---- error agreement ---------------------------------------------------------------
-  // Every rank passes its local outcome (null when it succeeded). If any rank failed,
-  // every rank throws: a failing rank rethrows its own exception, the others throw
-  // RemoteError naming the failed ranks. One small collective when all succeeded.
-  void agree(const std::exception_ptr& local_error) const;
-  // agree() that also gathers a trivially copyable payload from every rank, in one
-  // collective on success (none on a one-rank communicator).
-  template <class T>
-  std::vector<T> agree_gather(const std::exception_ptr& local_error, const T& payload) const {
-    static_assert(std::is_trivially_copyable_v<T>,
-                  "Comm::agree_gather needs a trivially copyable T");
-    std::vector<unsigned char> all = agree_gather_bytes(local_error, &payload, sizeof(T));
-    std::vector<T> out(static_cast<std::size_t>(size_));
-    if (!all.empty()) std::memcpy(out.data(), all.data(), all.size());
-    return out;
-  }
-  // Raises a failure that every rank has detected identically from gathered data: ranks in
-  // `failed` throw E(their message), the others RemoteError. `messages` aligns with `failed`.
-  template <class E>
-  [[noreturn]] void raise_detected(const std::vector<int>& failed,
-                                   const std::vector<std::string>& messages) const {
-    for (std::size_t i = 0; i < failed.size(); ++i) {
-      if (failed[i] == rank_) throw E(messages[i]);
-    }
-    throw_remote(failed, messages.empty() ? std::string() : messages.front());
-  }
+  // A planned point-to-point exchange with the peers that hold data: each message is
+  // contiguous bytes at an offset of the send (receive) base, or one box datatype placed
+  // relative to it. Contiguous messages above MPI's count limit are cut into pieces when they
+  // are added (the same pieces on both sides). Built in a plan, run any number of times;
+  // running allocates nothing.
+  class Exchange {
+   public:
+    void send(int peer, std::size_t offset, std::size_t bytes);
+    void send(int peer, Datatype type);
+    void recv(int peer, std::size_t offset, std::size_t bytes);
+    void recv(int peer, Datatype type);
+    std::size_t messages() const { return messages_.size(); }
+
+   private:
+    friend class Comm;
+    struct Message {
+      int peer;
+      bool is_recv;
+      int count;  // bytes, or 1 with a datatype
+      std::size_t offset;
+      Datatype type;
+    };
+    void add(bool is_recv, int peer, std::size_t offset, std::size_t bytes);
+    std::vector<Message> messages_;
+    std::vector<MPI_Request> requests_;
+  };
+  // Posts every receive, then every send, and waits for all.
+  void run(Exchange& exchange, const void* send_base, void* recv_base) const;
 
   // Writes `message` to stderr and ends the whole job (MPI_Abort): for failures after every
   // rank has agreed to run a call, when the other ranks can no longer be told.
@@ -132,9 +142,6 @@ class Comm {
  private:
   explicit Comm(std::shared_ptr<Handle> handle);
   static std::shared_ptr<Handle> handle_for(MPI_Comm user);
-  std::vector<unsigned char> agree_gather_bytes(const std::exception_ptr& local_error,
-                                                const void* payload, std::size_t nbytes) const;
-  [[noreturn]] void throw_remote(const std::vector<int>& failed, const std::string& first) const;
 
   std::shared_ptr<Handle> handle_;
   int rank_ = 0;
@@ -154,8 +161,11 @@ void set_mpi_count_limit(std::size_t limit);
 bool mpi_reads_directly(bool host_accessible);
 void set_force_host_staging(bool force);
 // Frees every duplicate kvmap made (collective, in the same order on every rank; before
-// MPI_Finalize). Comms still held afterwards throw on use.
+// MPI_Finalize), the agreement's MPI operations and datatypes, and whatever the hooks
+// registered with on_release hold (cached redistribution plans). Comms still held afterwards
+// throw on use.
 void release_cached_comms();
+void on_release(void (*hook)());
 bool mpi_initialized();
 // Initializes MPI with at least MPI_THREAD_FUNNELED, or checks the thread level of an MPI
 // that is already initialized (Error when it is below FUNNELED). True when this call

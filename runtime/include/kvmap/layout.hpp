@@ -1,9 +1,12 @@
 #pragma once
 // Shard arithmetic of a global array over ranks: pure, no MPI, no Kokkos.
+#include <atomic>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace kvmap {
@@ -14,14 +17,32 @@ std::string to_string(const Shape& shape);
 
 // How a global array of shape gshape is cut along one split axis into per-rank counts,
 // or replicated (split == nullopt: every rank holds the whole array).
+//
+// What a layout costs does not grow with the number of ranks unless its counts do: a
+// balanced layout, and one whose rows all sit on one rank, store O(1) and compute counts and
+// offsets arithmetically; other counts are stored once and shared by every layout derived
+// from them (with_shape: vmap outputs, copies). Each layout has a 64-bit fingerprint,
+// computed once when it is built, that equal layouts share (collective calls agree on it).
 class Layout {
  public:
   // Heat's shard rule: n rows on P ranks, c = n / P, r = n % P; ranks < r get c + 1.
   static Layout balanced(Shape gshape, std::optional<int> split, int nranks);
-  // Any non-negative counts that sum to gshape[split]; one per rank.
+  // Any non-negative counts that sum to gshape[split]; one per rank. Counts that follow
+  // Heat's rule give the balanced layout (equal to it, O(1) storage).
   static Layout from_counts(Shape gshape, int split, std::vector<std::int64_t> counts);
+  // Every row along split on rank `holder` (a gather's target, a scatter's source).
+  static Layout on_rank(Shape gshape, int split, int holder, int nranks);
   // Every one of nranks ranks holds the whole array.
   static Layout replicated(Shape gshape, int nranks);
+  // A layout of another global shape over the same per-rank rows (shared, not copied),
+  // split along `split` of the new shape; gshape[split] must be this layout's split extent.
+  Layout with_shape(Shape gshape, int split) const;
+
+  Layout(const Layout& other);
+  Layout(Layout&& other) noexcept;
+  Layout& operator=(const Layout& other);
+  Layout& operator=(Layout&& other) noexcept;
+  ~Layout();
 
   const Shape& gshape() const { return gshape_; }
   std::optional<int> split() const { return split_; }
@@ -30,30 +51,53 @@ class Layout {
   std::int64_t numel() const;
 
   // Rows along the split axis. A replicated layout has no split axis: count, offset,
-  // counts, offsets and owner throw ValueError on it, lshape(r) is the global shape.
+  // counts, offsets, owner and ranks_meeting throw ValueError on it, lshape(r) is the
+  // global shape. count, offset and lshape are O(1) for balanced and one-rank layouts.
   std::int64_t count(int rank) const;
   std::int64_t offset(int rank) const;
   Shape lshape(int rank) const;
+  // One entry per rank: O(P) the first time they are asked of a balanced or one-rank layout
+  // (kvmap's own per-call paths use count/offset/ranks_meeting instead).
   const std::vector<std::int64_t>& counts() const;
   const std::vector<std::int64_t>& offsets() const;
   int owner(std::int64_t global_index) const;
+  // The ranks [first, last) whose rows meet the global rows [lo, hi) (lo < hi); ranks in
+  // between that hold no row are included. O(log P).
+  std::pair<int, int> ranks_meeting(std::int64_t lo, std::int64_t hi) const;
+  // Ranks holding at least one row (all ranks when replicated). O(1).
+  int ranks_with_rows() const;
 
-  bool is_balanced() const;
+  bool is_balanced() const;  // O(1)
   bool is_replicated() const { return !split_.has_value(); }
+  // Equal split extents and per-rank counts, whatever the other extents: O(1) when the
+  // counts are shared or arithmetic.
+  bool same_rows(const Layout& other) const;
+  std::uint64_t fingerprint() const { return fingerprint_; }
   bool operator==(const Layout& other) const;
   bool operator!=(const Layout& other) const { return !(*this == other); }
+  // For messages: the counts in full up to 32 ranks, abbreviated beyond.
   std::string str() const;
 
  private:
-  Layout(Shape gshape, std::optional<int> split, int nranks, std::vector<std::int64_t> counts);
+  enum class Kind : std::uint8_t { Replicated, Balanced, OneRank, Counts };
+  struct Rows;  // stored counts, their offsets and hash; shared
+  Layout(Shape gshape, std::optional<int> split, int nranks, Kind kind, int holder,
+         std::shared_ptr<const Rows> rows);
   void check_rank(int rank) const;
   void check_split(const char* what) const;
+  std::int64_t extent() const { return gshape_[static_cast<std::size_t>(*split_)]; }
+  const Rows& materialized() const;
+  std::uint64_t compute_fingerprint() const;
 
   Shape gshape_;
   std::optional<int> split_;
   int nranks_ = 1;
-  std::vector<std::int64_t> counts_;
-  std::vector<std::int64_t> offsets_;
+  Kind kind_ = Kind::Replicated;
+  int holder_ = 0;                    // OneRank
+  std::shared_ptr<const Rows> rows_;  // Counts
+  std::uint64_t fingerprint_ = 0;
+  // counts()/offsets() of a balanced or one-rank layout, made on first use (owned).
+  mutable std::atomic<const Rows*> lazy_rows_{nullptr};
 };
 
 std::ostream& operator<<(std::ostream& os, const Layout& layout);
@@ -63,6 +107,17 @@ namespace Impl {
 int normalize_axis(std::int64_t axis, int ndim, const char* what);
 // Product of extents; ValueError on negative extents or int64 overflow.
 std::int64_t checked_numel(const Shape& shape);
+// 64-bit mixing of fingerprints (kvmap's signatures and layouts).
+constexpr std::uint64_t mix64(std::uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+constexpr std::uint64_t combine64(std::uint64_t h, std::uint64_t v) {
+  return mix64(h ^ (v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2)));
+}
 }  // namespace Impl
 
 }  // namespace kvmap

@@ -6,12 +6,14 @@
 
 namespace kvmap::linalg {
 
-// Global sum of x .* y; the partial sums are combined in rank order, so the result is the
-// same on every rank and reproducible run to run.
+// Global sum of x .* y. Each rank's partial sum is added exactly (in fixed point, in the
+// call's one fixed-size agreement) and rounded once, so the result is the same on every rank
+// and from run to run, whatever order MPI reduces in.
 template <class MemorySpace>
 double dot(const DistView<MemorySpace>& x, const DistView<MemorySpace>& y);
 
-// Global Euclidean norm of x.
+// Global Euclidean norm of x: one pass over each shard (squares in three ranges scaled by
+// powers of two, so none over- or underflows), summed exactly across ranks.
 template <class MemorySpace>
 double nrm2(const DistView<MemorySpace>& x);
 

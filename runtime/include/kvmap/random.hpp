@@ -88,7 +88,6 @@ struct StreamState {
   std::uint64_t seed;
   std::uint64_t stream;
   std::uint64_t key() const { return stream_key(seed, stream); }
-  std::string describe() const;  // "seed=S, stream=N", for argument agreement
 };
 StreamState next_stream(const Comm& comm);
 

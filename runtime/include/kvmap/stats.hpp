@@ -11,6 +11,7 @@ struct Stats {
   std::uint64_t collectives = 0;      // MPI collectives issued through kvmap::Comm
   std::uint64_t bytes_allocated = 0;  // bytes the runtime allocated in Kokkos memory spaces
   std::int64_t bytes_live = 0;        // of those, still allocated now (not reset by reset_stats)
+  std::uint64_t plans_built = 0;      // redistribution plans made (the others came from the cache)
 };
 
 Stats stats();
@@ -21,6 +22,7 @@ void count_bytes_copied(std::uint64_t n);
 void count_vmap_call();
 void count_chunks(std::uint64_t n);
 void count_collective();
+void count_plan_built();
 void count_allocation(std::uint64_t n);
 void count_deallocation(std::uint64_t n);
 // Kokkos allocations of kvmap still alive, empty ones included (each holds a Kokkos record).

@@ -31,6 +31,14 @@ using HIPExec = Kokkos::Experimental::HIP;
 template <class>
 inline constexpr bool always_false = false;
 
+// Kokkos 3.x joins the partial results of a parallel_reduce functor through volatile
+// references; 4.x through plain ones (and no longer accepts volatile joins).
+#if KOKKOS_VERSION < 40000
+#define KVMAP_KOKKOS_VOLATILE_JOIN 1
+#else
+#define KVMAP_KOKKOS_VOLATILE_JOIN 0
+#endif
+
 // Math functions usable in kernels: Kokkos::Experimental in 3.x, Kokkos in 4.x.
 namespace math {
 #if KOKKOS_VERSION >= 40000

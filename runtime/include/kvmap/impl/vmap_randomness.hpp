@@ -34,20 +34,24 @@ class SampleContextGuard {
 };
 
 // Torch's default generator of the device for the duration of one vmap call.
-//  Same:      every rank starts from rank 0's state (a broadcast of state_bytes(), which the
-//             caller has agreed), restored before each chunk.
+//  Same:      every chunk starts from `start` (the state the caller agreed on: every rank's
+//             own, or rank 0's when they differed); afterwards every rank that started alike
+//             moves on to the same new state.
 //  Different: a per-rank stream derived from the (possibly identical) state and the rank;
 //             afterwards every rank's generator moves on to the same new state.
 //  Error:     untouched.
 class GeneratorScope {
  public:
-  GeneratorScope(Randomness mode, const Comm& comm, DeviceSpec device);
+  GeneratorScope(Randomness mode, const Comm& comm, DeviceSpec device, const at::Tensor& start);
   ~GeneratorScope();
   GeneratorScope(const GeneratorScope&) = delete;
   GeneratorScope& operator=(const GeneratorScope&) = delete;
   void before_chunk();
-  // The size of the device's generator state (what Same mode broadcasts).
+  // The size of the device's generator state (part of Same mode's signature).
   static std::uint64_t state_bytes(DeviceSpec device);
+  // A copy of the device generator's state (contiguous bytes), and its fingerprint.
+  static at::Tensor current_state(DeviceSpec device);
+  static std::uint64_t fingerprint(const at::Tensor& state);
 
  private:
   Randomness mode_;

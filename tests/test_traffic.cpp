@@ -1,0 +1,254 @@
+// What each collective entry point sends and receives per call, counted by a PMPI layer
+// (traffic/pmpi_counter.cpp) at every process count the test runs at. Each run writes its
+// figures to traffic_np<P>.tsv; traffic/compare_traffic.py then checks that the entry points
+// whose agreement needs no per-rank data cost the same at every P > 1 and make no MPI call
+// at P = 1. Within a run: exchanges talk only to the ranks that hold data, and every result
+// is checked against an independent reference (the gathered arrays, sample by sample).
+#include "support/kvmap_test.hpp"
+
+#include <fstream>
+#include <numeric>
+#include <optional>
+#include <set>
+#include <sstream>
+
+#include "traffic/pmpi_counter.hpp"
+
+using namespace kvmap_test;
+using kvmap::DType;
+using kvmap::Layout;
+using kvmap::Randomness;
+using kvmap::VmapOptions;
+
+namespace {
+
+struct Row {
+  std::string op;
+  bool fixed;  // must cost the same at every P > 1, nothing at P = 1
+  std::uint64_t calls, collectives, bytes_received;
+  std::string functions;  // rank 0's calls
+};
+
+std::vector<Row>& rows() {
+  static std::vector<Row> r;
+  return r;
+}
+
+std::uint64_t max_over_ranks(std::uint64_t v) {
+  std::uint64_t out = 0;
+  MPI_Allreduce(&v, &out, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);  // not counted
+  return out;
+}
+
+// One call of `op` after a warm-up call (communicator duplicates, cached plans and MPI
+// operations are made once, not per call), counted.
+kvmap_traffic::Counts measure(const std::string& name, bool fixed, const std::function<void()>& op) {
+  op();
+  MPI_Barrier(MPI_COMM_WORLD);
+  kvmap_traffic::start();
+  op();
+  kvmap_traffic::Counts c = kvmap_traffic::stop();
+  rows().push_back(Row{name, fixed, max_over_ranks(c.calls), max_over_ranks(c.collectives),
+                       max_over_ranks(c.bytes_received), c.functions});
+  INFO(name << " on rank " << rank() << ": " << c.functions);
+  if (nranks() == 1 && fixed) CHECK(c.calls == 0);
+  return c;
+}
+
+// Counts with every rank holding at least one sample, unbalanced: 1, 2, 3, 1, 2, 3, ...
+std::vector<std::int64_t> uneven_counts(int P) {
+  std::vector<std::int64_t> c(P);
+  for (int r = 0; r < P; ++r) c[r] = r % 3 + 1;
+  if (P > 1) c[0] = 4;  // not Heat's rule at any P
+  return c;
+}
+
+std::set<int> overlapping(const std::vector<std::int64_t>& from, int me,
+                          const std::vector<std::int64_t>& to, bool outgoing) {
+  // Ranks q != me whose rows under `to` (outgoing) or `from` (incoming) meet me's rows.
+  auto offsets = [](const std::vector<std::int64_t>& c) {
+    std::vector<std::int64_t> o(c.size() + 1, 0);
+    std::partial_sum(c.begin(), c.end(), o.begin() + 1);
+    return o;
+  };
+  const auto of = offsets(from), ot = offsets(to);
+  std::set<int> peers;
+  for (int q = 0; q < static_cast<int>(from.size()); ++q) {
+    if (q == me) continue;
+    const std::int64_t lo = outgoing ? std::max(of[me], ot[q]) : std::max(of[q], ot[me]);
+    const std::int64_t hi =
+        outgoing ? std::min(of[me + 1], ot[q + 1]) : std::min(of[q + 1], ot[me + 1]);
+    if (hi > lo) peers.insert(q);
+  }
+  return peers;
+}
+
+std::vector<std::int64_t> heat_counts(std::int64_t n, int P) {
+  std::vector<std::int64_t> c(P);
+  for (int r = 0; r < P; ++r) c[r] = n / P + (r < n % P ? 1 : 0);
+  return c;
+}
+
+at::Tensor stacked_reference(const at::Tensor& xg, int nout) {
+  std::vector<at::Tensor> per_sample;
+  for (std::int64_t i = 0; i < xg.size(0); ++i) per_sample.push_back(xg[i] * 2 + (nout - 1));
+  return at::stack(per_sample);
+}
+
+}  // namespace
+
+TEST_CASE("vmap: one fixed-size agreement per call in every mode, for 1 and 9 outputs") {
+  const int P = nranks();
+  const std::int64_t n_even = 5 * P;
+  const std::vector<std::int64_t> uneven = uneven_counts(P);
+  const std::int64_t n_uneven = std::accumulate(uneven.begin(), uneven.end(), std::int64_t{0});
+  auto even_x = View::from_global(pattern({n_even, 3}, at::kFloat, 1), 0);
+  auto uneven_x = View::from_global(pattern({n_uneven, 3}, at::kFloat, 2), 0)
+                      .redistribute(Layout::from_counts({n_uneven, 3}, 0, uneven));
+  for (Randomness mode : {Randomness::Error, Randomness::Different, Randomness::Same}) {
+    for (int nout : {1, 9}) {
+      for (bool even : {true, false}) {
+        const View& x = even ? even_x : uneven_x;
+        std::vector<View> out;
+        auto f = [nout](const at::Tensor& v) {
+          std::vector<at::Tensor> r;
+          for (int k = 0; k < nout; ++k) r.push_back(v * 2 + k);
+          return r;
+        };
+        at::manual_seed(7);  // the same generator state on every rank (Same mode's usual case)
+        const std::string name = std::string("vmap ") + kvmap::name(mode) + " " +
+                                 std::to_string(nout) + (nout == 1 ? " output " : " outputs ") +
+                                 (even ? "even" : "uneven");
+        const auto c = measure(name, true, [&] {
+          out = kvmap::vmap(f, VmapOptions().randomness(mode))(x);
+        });
+        // The agreement is one collective: an MPI_Allreduce of at most 128 bytes.
+        if (P > 1) {
+          CHECK(c.collectives == 1);
+          CHECK(c.bytes_received <= 128);
+          CHECK(c.all_to_all == 0);
+        }
+        REQUIRE(out.size() == static_cast<std::size_t>(nout));
+        const at::Tensor xg = x.allgather();
+        for (int k = 0; k < nout; ++k) {
+          CHECK(out[k].layout() == x.layout());
+          CHECK(at::equal(out[k].allgather(), stacked_reference(xg, k + 1)));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("vmap: ranks without samples learn the outputs' metadata") {
+  const int P = nranks();
+  if (P == 1) return;
+  // The last rank holds no sample: it allocates its empty outputs from the agreed metadata.
+  std::vector<std::int64_t> counts(P, 2);
+  counts[P - 1] = 0;
+  const std::int64_t n = 2 * (P - 1);
+  auto x = View::from_global(pattern({n, 3}, at::kFloat, 3), 0)
+               .redistribute(Layout::from_counts({n, 3}, 0, counts));
+  for (int nout : {1, 9}) {
+    std::vector<View> out;
+    const auto c = measure("vmap error " + std::to_string(nout) + " outputs, a rank without samples",
+                           true, [&] {
+                             out = kvmap::vmap([nout](const at::Tensor& v) {
+                               std::vector<at::Tensor> r;
+                               for (int k = 0; k < nout; ++k) r.push_back((v * 2 + k).to(at::kDouble));
+                               return r;
+                             })(x);
+                           });
+    CHECK(c.all_to_all == 0);
+    const at::Tensor xg = x.allgather();
+    for (int k = 0; k < nout; ++k) {
+      CHECK(out[k].lshape() == (rank() == P - 1 ? kvmap::Shape{0, 3} : kvmap::Shape{2, 3}));
+      CHECK(out[k].dtype() == DType::Float64);
+      CHECK(at::equal(out[k].allgather(), stacked_reference(xg, k + 1).to(at::kDouble)));
+    }
+  }
+}
+
+TEST_CASE("factories, from_global, linalg and manual_seed: one fixed-size agreement") {
+  const int P = nranks();
+  const kvmap::Shape shape{4 * P + 3, 5};
+  std::optional<View> z;
+  const auto c = measure("zeros", true, [&] { z = View::zeros(shape, DType::Float64, 0); });
+  if (P > 1) CHECK(c.collectives == 1);
+  CHECK(z->allgather().eq(0).all().item<bool>());
+  measure("full", true, [&] { z = View::full(shape, 2.5, DType::Float64, 0); });
+  CHECK(z->allgather().eq(2.5).all().item<bool>());
+  measure("random::uniform", true,
+          [&] { z = kvmap::random::uniform<TestMemSpace>(shape, DType::Float64, 0); });
+  const at::Tensor full = pattern(shape, at::kDouble, 4);
+  std::optional<View> xo;
+  measure("from_global", true, [&] { xo = View::from_global(full, 0); });
+  View& x = *xo;
+  CHECK(at::equal(x.allgather(), full));
+  View y = View::from_global(pattern(shape, at::kDouble, 5), 0);
+  double dot = 0, nrm = 0;
+  measure("linalg::dot", true, [&] { dot = kvmap::linalg::dot(x, y); });
+  measure("linalg::nrm2", true, [&] { nrm = kvmap::linalg::nrm2(x); });
+  measure("linalg::axpby", true, [&] { kvmap::linalg::axpby(1.0, x, 0.0, y); });
+  measure("manual_seed", true, [&] { kvmap::manual_seed(11); });
+  const at::Tensor yg = pattern(shape, at::kDouble, 5);
+  CHECK(dot == doctest::Approx((full * yg).sum().item<double>()).epsilon(1e-12));
+  CHECK(nrm == doctest::Approx(full.norm().item<double>()).epsilon(1e-12));
+  // from_local needs every rank's count (data that really moves): reported, not fixed.
+  measure("from_local", false, [&] { View::from_local(x.local(), 0); });
+}
+
+TEST_CASE("balance, gather and scatter talk only to the ranks that hold data") {
+  const int P = nranks(), me = rank();
+  // Rows on the first half of the ranks only (and all on rank 0 when alone).
+  std::vector<std::int64_t> counts(P, 0);
+  const int holders = std::max(1, P / 2);
+  for (int r = 0; r < holders; ++r) counts[r] = 3 + r;
+  const std::int64_t n = std::accumulate(counts.begin(), counts.end(), std::int64_t{0});
+  const at::Tensor full = pattern({n, 4}, at::kFloat, 6);
+  auto x = View::from_global(full, 0).redistribute(Layout::from_counts({n, 4}, 0, counts));
+  std::optional<View> balanced;
+  const auto b = measure("balance", false, [&] { balanced = x.balance(); });
+  CHECK(at::equal(balanced->allgather(), full));
+  CHECK(balanced->layout() == Layout::balanced({n, 4}, 0, P));
+  CHECK(b.all_to_all == 0);
+  const std::vector<std::int64_t> target = heat_counts(n, P);
+  CHECK(b.sent_to == overlapping(counts, me, target, true));
+  CHECK(b.received_from == overlapping(counts, me, target, false));
+  // The plan (pieces and datatypes) was made by the warm-up call.
+  CHECK(b.types_committed == 0);
+
+  at::Tensor g;
+  const auto gc = measure("gather", false, [&] { g = x.gather(0); });
+  if (me == 0) CHECK(at::equal(g, full));
+  CHECK(gc.all_to_all == 0);
+  CHECK(gc.sent_to == (me != 0 && counts[me] > 0 ? std::set<int>{0} : std::set<int>{}));
+  std::set<int> holders_but_root;
+  for (int q = 1; q < P; ++q) {
+    if (counts[q] > 0) holders_but_root.insert(q);
+  }
+  CHECK(gc.received_from == (me == 0 ? holders_but_root : std::set<int>{}));
+
+  std::optional<View> s;
+  const auto sc =
+      measure("scatter", false, [&] { s = View::scatter(me == 0 ? full : at::Tensor(), 0); });
+  CHECK(at::equal(s->allgather(), full));
+  CHECK(sc.all_to_all == 0);
+  // Root sends each rank its rows; the others receive from root only.
+  CHECK(sc.received_from == (me != 0 && target[me] > 0 ? std::set<int>{0} : std::set<int>{}));
+
+  // A change of split axis: every pair exchanges, an all-to-all is right there.
+  auto wide = View::from_global(pattern({2 * P, 3 * P}, at::kFloat, 7), 0);
+  std::optional<View> r;
+  measure("resplit 0 -> 1", false, [&] { r = wide.resplit(1); });
+  CHECK(at::equal(r->allgather(), wide.allgather()));
+}
+
+TEST_CASE("write this run's figures") {
+  if (rank() != 0) return;
+  std::ofstream out("traffic_np" + std::to_string(nranks()) + ".tsv");
+  for (const Row& r : rows()) {
+    out << r.op << '\t' << (r.fixed ? "fixed" : "data") << '\t' << r.calls << '\t'
+        << r.collectives << '\t' << r.bytes_received << '\t' << r.functions << '\n';
+  }
+  CHECK(out.good());
+}
