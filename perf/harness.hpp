@@ -78,6 +78,11 @@ void reset_peak_rss();
 double peak_rss_mib();
 double current_rss_mib();
 
+// C++ allocations of the whole process (operator new) while counting is on; on() restarts.
+void count_allocations(bool on);
+std::uint64_t allocated_bytes();
+std::uint64_t allocations();
+
 // Throws std::runtime_error("...contender X computes something else...") unless ok.
 void require_same(bool ok, const std::string& scenario, const std::string& contender);
 
@@ -91,5 +96,6 @@ void scenario_scaling(Report& report);
 void scenario_redistribution(Report& report);
 void scenario_native(Report& report);
 void scenario_zero_copy(Report& report);
+void scenario_scale(Report& report);
 
 }  // namespace kvmap_perf

@@ -4,7 +4,8 @@
     /usr/bin/python3 perf/plot.py results.json [more.json ...] [--out DIR]
 
 Writes overhead.png (time per call vs batch size), chunks.png (time and peak memory vs
-chunk size) and scaling.png (efficiency vs ranks) into DIR (default: next to the first
+chunk size), scaling.png (efficiency vs ranks) and scale.png (per-call local work, bytes
+allocated and projected communication vs emulated ranks) into DIR (default: next to the first
 JSON), and heat_vs_kvmap.png (Heat's vmap vs kvmap's: time per call and their ratio vs
 batch size) for records of perf/heat_vs_kvmap.py. Several files are plotted together
 (e.g. runs at 1 and 2 ranks): overhead.png then has one line per contender and rank count,
@@ -118,6 +119,55 @@ def plot_scaling(records, out):
     return path
 
 
+def plot_scale(records, out):
+    """Scenario "scale": emulated per-call local work and the projected communication vs P."""
+    rows = from_one_file([r for r in records if r["scenario"] == "scale"])
+    if not rows:
+        return None
+    fig, (ax, ax2, ax3) = plt.subplots(1, 3, figsize=(15, 4.2))
+    work = collections.defaultdict(list)
+    for r in rows:
+        if r["contender"].startswith("kvmap (emulated"):
+            name, p = r["case"].rsplit(" P=", 1)
+            work[name].append((int(p), r["median_s"] * 1e6, r["bytes_allocated_per_call"]))
+    for i, (name, pts) in enumerate(sorted(work.items())):
+        pts.sort()
+        ax.semilogx([p[0] for p in pts], [p[1] for p in pts], marker="o", color="C%d" % i, label=name)
+        ax2.semilogx([p[0] for p in pts], [p[2] for p in pts], marker="o", color="C%d" % i, label=name)
+    ax.set_xlabel("ranks (emulated)")
+    ax.set_ylabel("local work per call (us, median)")
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=7)
+    ax2.set_xlabel("ranks (emulated)")
+    ax2.set_ylabel("bytes allocated per call")
+    ax2.set_ylim(bottom=0)
+    proj = collections.defaultdict(list)
+    for r in rows:
+        if r["contender"] == "projected" and r["case"].endswith(" 10 GB/s"):
+            name, rest = r["case"].split(" P=", 1)
+            p = int(rest.split()[0])
+            if name == "vmap agreement":
+                proj["vmap agreement (allreduce, 120 B)"].append((p, r["agreement_projected_us"]))
+                proj["before: allgather of 664 B"].append((p, r["allgather_664B_us"]))
+            else:
+                proj["balance (agreement + peers with data)"].append((p, r["balance_projected_us"]))
+                proj["before: allgather + all-to-all"].append((p, r["alltoallv_us"]))
+    for i, (name, pts) in enumerate(sorted(proj.items())):
+        pts.sort()
+        ax3.loglog([p[0] for p in pts], [p[1] for p in pts], marker="o",
+                   linestyle=":" if name.startswith("before") else "-", label=name)
+    ax3.axhline(30.0, color="gray", linewidth=0.8, linestyle="--", label="30 us")
+    ax3.set_xlabel("ranks")
+    ax3.set_ylabel("projected time per call (us), 1.5 us latency, 10 GB/s")
+    ax3.legend(fontsize=7)
+    ax3.grid(True, which="both", alpha=0.3)
+    fig.suptitle("per-call cost vs ranks — " + machine_line(rows), fontsize=8)
+    fig.tight_layout()
+    path = os.path.join(out, "scale.png")
+    fig.savefig(path, dpi=110)
+    return path
+
+
 def plot_heat_vs_kvmap(records, out):
     """perf/heat_vs_kvmap.py: time per call and Heat/kvmap vs the local batch."""
     rows = [r for r in records if r["scenario"] == "heat_vs_kvmap"]
@@ -186,7 +236,7 @@ def main():
     for i, path in enumerate(args.json):
         records += [dict(r, _file=i) for r in load(path)]
     for path in (plot_overhead(records, out), plot_chunks(records, out), plot_scaling(records, out),
-                 plot_heat_vs_kvmap(records, out)):
+                 plot_scale(records, out), plot_heat_vs_kvmap(records, out)):
         if path:
             print(path)
 

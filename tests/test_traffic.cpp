@@ -45,9 +45,12 @@ std::uint64_t max_over_ranks(std::uint64_t v) {
 kvmap_traffic::Counts measure(const std::string& name, bool fixed, const std::function<void()>& op) {
   op();
   MPI_Barrier(MPI_COMM_WORLD);
+  const std::uint64_t counted_before = kvmap::stats().bytes_received;
   kvmap_traffic::start();
   op();
   kvmap_traffic::Counts c = kvmap_traffic::stop();
+  // kvmap's own account of what it received agrees with MPI's arguments.
+  CHECK(kvmap::stats().bytes_received - counted_before == c.bytes_received);
   rows().push_back(Row{name, fixed, max_over_ranks(c.calls), max_over_ranks(c.collectives),
                        max_over_ranks(c.bytes_received), c.functions});
   INFO(name << " on rank " << rank() << ": " << c.functions);

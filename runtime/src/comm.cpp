@@ -74,6 +74,7 @@ struct Comm::Handle {
   std::mutex sequence_mutex;
   std::uint64_t sequence_epoch = 0;
   std::uint64_t sequence = 0;
+  int emulated_rank = 0, emulated_size = 0;  // emulated_comm(): no MPI communicator
   Handle() = default;
   Handle(const Handle&) = delete;
   Handle& operator=(const Handle&) = delete;
@@ -137,9 +138,34 @@ std::shared_ptr<Comm::Handle> Comm::handle_for(MPI_Comm user) {
 }
 
 Comm::Comm(std::shared_ptr<Handle> handle) : handle_(std::move(handle)) {
+  if (emulated()) {
+    rank_ = handle_->emulated_rank;
+    size_ = handle_->emulated_size;
+    return;
+  }
   MPI_Comm_rank(handle_->comm, &rank_);
   MPI_Comm_size(handle_->comm, &size_);
 }
+
+bool Comm::emulated() const {
+  return handle_->emulated_size > 0;
+}
+
+namespace Impl {
+Comm emulated_comm(int rank, int size) {
+  KVMAP_CHECK(size >= 1 && rank >= 0 && rank < size, ValueError,
+              "kvmap: an emulated communicator needs 0 <= rank < size, got rank "
+                  << rank << " of " << size);
+  auto h = std::make_shared<Comm::Handle>();
+  h->emulated_rank = rank;
+  h->emulated_size = size;
+  {
+    std::lock_guard<std::mutex> lock(g_registry_mutex);
+    h->id = ++g_last_id;
+  }
+  return Comm(std::move(h));
+}
+}  // namespace Impl
 
 Comm::Comm() : Comm(world()) {}
 
@@ -154,6 +180,7 @@ Comm Comm::self() {
 }
 
 MPI_Comm Comm::raw() const {
+  KVMAP_CHECK(!emulated(), Error, "kvmap::Comm: an emulated communicator has no MPI communicator");
   KVMAP_CHECK(handle_->comm != MPI_COMM_NULL, Error,
               "kvmap::Comm: the communicator was freed (its MPI communicator was freed, or MPI "
               "is finalizing)");
@@ -178,16 +205,19 @@ std::uint64_t Comm::next_sequence(std::uint64_t epoch) const {
 }
 
 void Comm::barrier() const {
+  if (emulated()) return;
   Impl::count_collective();
   check_mpi(MPI_Barrier(raw()), "MPI_Barrier");
 }
 
 void Comm::allgather_bytes(const void* mine, std::size_t nbytes, void* all) const {
-  if (size_ == 1) {
-    if (nbytes > 0) std::memcpy(all, mine, nbytes);
+  if (size_ == 1 || emulated()) {
+    for (int r = 0; r < size_ && nbytes > 0; ++r)
+      std::memcpy(static_cast<unsigned char*>(all) + nbytes * r, mine, nbytes);
     return;
   }
   Impl::count_collective();
+  Impl::count_received(nbytes * static_cast<std::size_t>(size_));
   KVMAP_CHECK(fits(nbytes * static_cast<std::size_t>(size_)), Error,
               "kvmap: an all-gather of " << nbytes << " bytes per rank over " << size_
                                          << " ranks exceeds MPI's count limit");
@@ -219,8 +249,9 @@ ReductionCache& reduction_cache() {
 }  // namespace
 
 void Comm::allreduce_bytes(void* record, std::size_t nbytes, MPI_User_function* combine) const {
-  if (size_ == 1) return;  // the one rank's record is the result
+  if (size_ == 1 || emulated()) return;  // the one rank's record is the result
   Impl::count_collective();
+  Impl::count_received(nbytes);
   MPI_Op op = MPI_OP_NULL;
   MPI_Datatype type = MPI_DATATYPE_NULL;
   {
@@ -247,8 +278,9 @@ void Comm::allreduce_bytes(void* record, std::size_t nbytes, MPI_User_function* 
 }
 
 void Comm::bcast_bytes(void* data, std::size_t nbytes, int root) const {
-  if (size_ == 1) return;  // the root's bytes are already there
+  if (size_ == 1 || emulated()) return;  // the root's bytes are already there
   Impl::count_collective();
+  if (rank_ != root) Impl::count_received(nbytes);
   const std::size_t limit = std::max<std::size_t>(1, g_count_limit.load());
   auto* p = static_cast<unsigned char*>(data);
   // Every rank knows nbytes, so every rank cuts the same pieces.
@@ -279,22 +311,28 @@ void allreduce_in_pieces(MPI_Comm comm, void* data, std::size_t n, DType dtype, 
 }  // namespace
 
 void Comm::allreduce_sum(void* data, std::size_t n, DType dtype) const {
+  if (emulated()) return;
   Impl::count_collective();
+  Impl::count_received(n * size_of(dtype));
   allreduce_in_pieces(raw(), data, n, dtype, MPI_SUM);
 }
 
 void Comm::allreduce_max(void* data, std::size_t n, DType dtype) const {
+  if (emulated()) return;
   Impl::count_collective();
+  Impl::count_received(n * size_of(dtype));
   KVMAP_CHECK(!is_complex(dtype), TypeError, "kvmap: max-reduction of complex values");
   allreduce_in_pieces(raw(), data, n, dtype, MPI_MAX);
 }
 
 void Comm::allgatherv_bytes(const void* send, int send_count, void* recv,
                             const std::vector<int>& counts, const std::vector<int>& displs) const {
+  if (emulated()) return;
   Impl::count_collective();
   const auto n = static_cast<std::size_t>(size_);
   KVMAP_CHECK(counts.size() == n && displs.size() == n, ValueError,
               "kvmap: allgatherv needs one count and displacement per rank");
+  for (int c : counts) Impl::count_received(static_cast<std::uint64_t>(c));
   check_mpi(MPI_Allgatherv(send, send_count, MPI_BYTE, recv, counts.data(), displs.data(), MPI_BYTE,
                            raw()),
             "MPI_Allgatherv");
@@ -305,8 +343,8 @@ void Comm::Exchange::add(bool is_recv, int peer, std::size_t offset, std::size_t
   // receiver's pieces meet the sender's in order.
   const std::size_t limit = std::max<std::size_t>(1, g_count_limit.load());
   for (std::size_t done = 0; done < bytes; done += limit) {
-    messages_.push_back(
-        Message{peer, is_recv, static_cast<int>(std::min(limit, bytes - done)), offset + done, {}});
+    const std::size_t piece = std::min(limit, bytes - done);
+    messages_.push_back(Message{peer, is_recv, static_cast<int>(piece), offset + done, piece, {}});
   }
   requests_.resize(messages_.size());
 }
@@ -320,16 +358,21 @@ void Comm::Exchange::recv(int peer, std::size_t offset, std::size_t bytes) {
 }
 
 void Comm::Exchange::send(int peer, Datatype type) {
-  messages_.push_back(Message{peer, false, 1, 0, std::move(type)});
+  int bytes = 0;
+  MPI_Type_size(type.raw(), &bytes);
+  messages_.push_back(Message{peer, false, 1, 0, static_cast<std::size_t>(bytes), std::move(type)});
   requests_.resize(messages_.size());
 }
 
 void Comm::Exchange::recv(int peer, Datatype type) {
-  messages_.push_back(Message{peer, true, 1, 0, std::move(type)});
+  int bytes = 0;
+  MPI_Type_size(type.raw(), &bytes);
+  messages_.push_back(Message{peer, true, 1, 0, static_cast<std::size_t>(bytes), std::move(type)});
   requests_.resize(messages_.size());
 }
 
 void Comm::run(Exchange& x, const void* send_base, void* recv_base) const {
+  if (emulated()) return;
   constexpr int kTag = 0x6b76;
   const MPI_Comm c = raw();
   std::size_t k = 0;
@@ -340,6 +383,7 @@ void Comm::run(Exchange& x, const void* send_base, void* recv_base) const {
       if (m.is_recv != recvs) continue;
       const MPI_Datatype type = m.type ? m.type.raw() : MPI_BYTE;
       if (recvs) {
+        Impl::count_received(m.bytes);
         check_mpi(MPI_Irecv(static_cast<unsigned char*>(recv_base) + m.offset, m.count, type,
                             m.peer, kTag, c, &x.requests_[k++]),
                   "MPI_Irecv");

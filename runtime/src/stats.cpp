@@ -10,6 +10,7 @@ struct Counters {
   std::atomic<std::uint64_t> vmap_calls{0};
   std::atomic<std::uint64_t> chunks_run{0};
   std::atomic<std::uint64_t> collectives{0};
+  std::atomic<std::uint64_t> bytes_received{0};
   std::atomic<std::uint64_t> bytes_allocated{0};
   std::atomic<std::int64_t> bytes_live{0};
   std::atomic<std::int64_t> allocations_live{0};  // zero-byte blocks included
@@ -28,6 +29,7 @@ Stats stats() {
   s.vmap_calls = c.vmap_calls.load();
   s.chunks_run = c.chunks_run.load();
   s.collectives = c.collectives.load();
+  s.bytes_received = c.bytes_received.load();
   s.bytes_allocated = c.bytes_allocated.load();
   s.bytes_live = c.bytes_live.load();
   s.plans_built = c.plans_built.load();
@@ -40,6 +42,7 @@ void reset_stats() {
   c.vmap_calls = 0;
   c.chunks_run = 0;
   c.collectives = 0;
+  c.bytes_received = 0;
   c.bytes_allocated = 0;
   c.plans_built = 0;
 }
@@ -56,6 +59,9 @@ void count_chunks(std::uint64_t n) {
 }
 void count_collective() {
   ++counters().collectives;
+}
+void count_received(std::uint64_t n) {
+  counters().bytes_received += n;
 }
 void count_plan_built() {
   ++counters().plans_built;

@@ -18,6 +18,16 @@
 
 namespace kvmap {
 
+class Comm;
+namespace Impl {
+// A communicator of `size` ranks on which this process plays rank `rank`, and every other
+// rank is taken to do exactly what it does: collectives return this rank's own contribution
+// (gathers repeat it), point-to-point messages are not sent. No MPI call is made, and data
+// from other ranks never arrives. For kvmap-perf's scale scenario: the per-call local work of
+// kvmap's real code paths at a number of ranks the machine does not have.
+Comm emulated_comm(int rank, int size);
+}  // namespace Impl
+
 class Comm {
  public:
   struct Handle;  // opaque: kvmap's duplicate of one user communicator
@@ -126,6 +136,7 @@ class Comm {
       bool is_recv;
       int count;  // bytes, or 1 with a datatype
       std::size_t offset;
+      std::size_t bytes;
       Datatype type;
     };
     void add(bool is_recv, int peer, std::size_t offset, std::size_t bytes);
@@ -140,8 +151,10 @@ class Comm {
   [[noreturn]] void abort(const std::string& message) const;
 
  private:
+  friend Comm Impl::emulated_comm(int rank, int size);
   explicit Comm(std::shared_ptr<Handle> handle);
   static std::shared_ptr<Handle> handle_for(MPI_Comm user);
+  bool emulated() const;
 
   std::shared_ptr<Handle> handle_;
   int rank_ = 0;

@@ -9,6 +9,7 @@ struct Stats {
   std::uint64_t vmap_calls = 0;       // completed or failed kvmap::vmap invocations
   std::uint64_t chunks_run = 0;       // chunks executed by the vmap scheduler
   std::uint64_t collectives = 0;      // MPI collectives issued through kvmap::Comm
+  std::uint64_t bytes_received = 0;   // bytes this rank's MPI calls through kvmap::Comm received
   std::uint64_t bytes_allocated = 0;  // bytes the runtime allocated in Kokkos memory spaces
   std::int64_t bytes_live = 0;        // of those, still allocated now (not reset by reset_stats)
   std::uint64_t plans_built = 0;      // redistribution plans made (the others came from the cache)
@@ -22,6 +23,7 @@ void count_bytes_copied(std::uint64_t n);
 void count_vmap_call();
 void count_chunks(std::uint64_t n);
 void count_collective();
+void count_received(std::uint64_t n);
 void count_plan_built();
 void count_allocation(std::uint64_t n);
 void count_deallocation(std::uint64_t n);
