@@ -68,10 +68,14 @@ void check_same_device(const at::Tensor& tensor, const DeviceSpec& want, const s
 }
 
 at::Tensor tensor_from_block(const LocalBlock& block, DType dtype, DeviceSpec device) {
-  std::shared_ptr<void> owner = block.owner;
-  return at::from_blob(
-      block.data, block.extents, block.strides, [owner](void*) mutable { owner.reset(); },
-      at::TensorOptions().dtype(to_torch(dtype)).device(torch_device(device)));
+  // The tensor's storage holds a copy of the block's owner (one allocation, a plain deleter:
+  // this runs on every vmap call).
+  return at::for_blob(block.data, block.extents)
+      .strides(block.strides)
+      .context(new std::shared_ptr<void>(block.owner),
+               [](void* owner) { delete static_cast<std::shared_ptr<void>*>(owner); })
+      .options(at::TensorOptions().dtype(to_torch(dtype)).device(torch_device(device)))
+      .make_tensor();
 }
 
 LocalBlock block_from_tensor(const at::Tensor& tensor) {

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <mutex>
 #include <sstream>
+#include <tuple>
 
 #include "kvmap/error.hpp"
 #include "kvmap/impl/out_dims.hpp"
@@ -67,13 +68,21 @@ namespace {
 
 using Allocate = LocalBlock (*)(const std::vector<std::int64_t>&, std::size_t);
 
-// Kokkos Tools region for one phase, so users' tools show where the time goes.
+// Kokkos Tools region for one phase, so users' tools show where the time goes; nothing (not
+// even the name's std::string) when no tool is attached.
 class Region {
  public:
-  explicit Region(const char* name) { Kokkos::Profiling::pushRegion(name); }
-  ~Region() { Kokkos::Profiling::popRegion(); }
+  explicit Region(const char* name) : on_(Kokkos::Tools::profileLibraryLoaded()) {
+    if (on_) Kokkos::Profiling::pushRegion(name);
+  }
+  ~Region() {
+    if (on_) Kokkos::Profiling::popRegion();
+  }
   Region(const Region&) = delete;
   Region& operator=(const Region&) = delete;
+
+ private:
+  bool on_;
 };
 
 torch_compat::VmapRandomness to_compat(Randomness r) {
@@ -87,35 +96,44 @@ torch_compat::VmapRandomness to_compat(Randomness r) {
 
 // One DistView argument as the core sees it (its block keeps the memory alive).
 struct ArrayArg {
-  LocalBlock block;
+  const LocalBlock& block;  // the DistView's own (vmap_core's copies), alive for the call
   DType dtype;
   const Layout& layout;  // split axis normalized; the DistView's own, alive for the call
   std::uint64_t comm_id;
 };
 
 // ---- 1. validation (deterministic on what the agreement compares) --------------------
-std::int64_t validate_arrays(const std::vector<ArrayArg>& arrays, const std::vector<int>& mapped) {
-  KVMAP_CHECK(!mapped.empty(), ValueError,
-              "kvmap::vmap: no mapped input; pass at least one DistView with a split axis "
-              "(replicated DistViews and other arguments are passed to the function whole)");
-  for (std::size_t k = 1; k < arrays.size(); ++k) {
+// The first mapped array's index (the lead, whose layout the outputs follow) and the batch.
+std::pair<int, std::int64_t> validate_arrays(const std::vector<ArrayArg>& arrays) {
+  int lead = -1, j = 0;
+  for (std::size_t k = 0; k < arrays.size(); ++k) {
     KVMAP_CHECK(arrays[k].comm_id == arrays[0].comm_id, ValueError,
                 "kvmap::vmap: DistView argument " << k << " lives on another communicator than "
                                                   << "DistView argument 0");
-  }
-  const Layout& first = arrays[mapped[0]].layout;
-  const std::int64_t batch = first.gshape()[*first.split()];
-  for (std::size_t j = 1; j < mapped.size(); ++j) {
-    const Layout& l = arrays[mapped[j]].layout;
-    KVMAP_CHECK(l.gshape()[*l.split()] == batch && l.same_rows(first), ValueError,
+    if (!arrays[k].layout.split()) continue;
+    if (lead < 0) {
+      lead = static_cast<int>(k);
+      ++j;
+      continue;
+    }
+    const Layout& first = arrays[lead].layout;
+    const Layout& l = arrays[k].layout;
+    KVMAP_CHECK(l.gshape()[*l.split()] == first.gshape()[*first.split()] && l.same_rows(first),
+                ValueError,
                 "kvmap::vmap: mapped inputs need the same batch length and the same per-rank "
                 "counts along their split axes, but mapped input 0 has "
                     << first << " and mapped input " << j << " has " << l);
+    ++j;
   }
+  KVMAP_CHECK(lead >= 0, ValueError,
+              "kvmap::vmap: no mapped input; pass at least one DistView with a split axis "
+              "(replicated DistViews and other arguments are passed to the function whole)");
+  const Layout& first = arrays[lead].layout;
+  const std::int64_t batch = first.gshape()[*first.split()];
   KVMAP_CHECK(batch > 0, ValueError,
               "kvmap::vmap: the mapped inputs have an empty batch ("
                   << first << "); output shapes would be unknown");
-  return batch;
+  return {lead, batch};
 }
 
 void describe_options(Signature& sig, const VmapOptions& o, const StreamState& stream) {
@@ -253,11 +271,10 @@ struct ChunkRunner {
     auto lock = torch_compat::vmap_region_lock();
     generator.before_chunk();
     torch_compat::VmapLevel level(len, to_compat(options.randomness()));
-    std::vector<at::Tensor> batched;
-    batched.reserve(arrays.size());
+    std::vector<at::Tensor>& batched = chunk_inputs;  // in place
     for (std::size_t k = 0; k < arrays.size(); ++k) {
       const std::optional<int> split = arrays[k].layout.split();
-      batched.push_back(split ? level.add_batch_dim(chunk_inputs[k], *split) : chunk_inputs[k]);
+      if (split) batched[k] = level.add_batch_dim(chunk_inputs[k], *split);
     }
     SampleContext context;
     context.level = level.level();
@@ -275,7 +292,7 @@ struct ChunkRunner {
                 "kvmap::vmap: the function returned " << results.size() << " outputs on samples ["
                                                       << start << ", " << start + len << ") but "
                                                       << metas.size() << " on the first chunk");
-    std::vector<at::Tensor> physical(results.size());
+    if (first) record->reserve(results.size());
     for (std::size_t k = 0; k < results.size(); ++k) {
       KVMAP_CHECK(results[k].defined(), ValueError,
                   "kvmap::vmap: output " << k << " of the function is an undefined tensor");
@@ -287,7 +304,9 @@ struct ChunkRunner {
       m.out_dim =
           static_cast<std::int32_t>(normalize_out_dim(options.out_dims(), k, results.size(), ndim));
       for (std::int64_t d = 0; d < ndim; ++d) m.shape[d] = results[k].size(d);
-      check_same_device(results[k], device, "kvmap::vmap: output " + std::to_string(k));
+      const DeviceSpec have = device_spec_of(results[k]);
+      if (have.kind != device.kind || (device.kind != DeviceKind::CPU && have.index != device.index))
+        check_same_device(results[k], device, "kvmap::vmap: output " + std::to_string(k));
       if (first) {
         record->push_back(m);
       } else {
@@ -296,9 +315,9 @@ struct ChunkRunner {
                                            << start << ", " << start + len << ") but "
                                            << describe(metas[k]) << " on the first chunk");
       }
-      physical[k] = level.remove_batch_dim(results[k], m.out_dim);
+      results[k] = level.remove_batch_dim(results[k], m.out_dim);  // physical from now on
     }
-    return physical;
+    return results;
   }
 };
 
@@ -310,7 +329,7 @@ bool needs_materializing(const at::Tensor& t) {
 }
 
 LocalRun run_local(const VmapOptions& options, std::int64_t n_local, const ChunkRunner& runner,
-                   Allocate allocate, const std::vector<MemorySpan>& input_spans) {
+                   Allocate allocate, const std::vector<MemorySpan>& tensor_spans) {
   LocalRun out;
   const std::int64_t cs = std::min(options.chunk_size().value_or(n_local), n_local);
   const std::int64_t nchunks = (n_local + cs - 1) / cs;
@@ -326,16 +345,18 @@ LocalRun run_local(const VmapOptions& options, std::int64_t n_local, const Chunk
     // Adopted as they are, unless a stride-0 broadcast has to be materialized once, or the
     // output shares memory with an input (f returned it, or a view of it) or with an earlier
     // output ({t, t}): outputs never alias, whatever the chunking.
-    std::vector<MemorySpan> taken = input_spans;
-    for (at::Tensor& t : first) {
+    for (std::size_t k = 0; k < first.size(); ++k) {
+      at::Tensor& t = first[k];
       const MemorySpan span = span_of(t);
       bool shared = false;
-      for (const MemorySpan& other : taken) shared = shared || span.overlaps(other);
+      for (const MemorySpan& other : tensor_spans) shared = shared || span.overlaps(other);
+      for (const ArrayArg& a : runner.arrays)
+        shared = shared || span.overlaps(span_of(a.block, size_of(a.dtype)));
+      for (std::size_t j = 0; j < k; ++j) shared = shared || span.overlaps(span_of(first[j]));
       if (shared || needs_materializing(t)) {
         t = t.clone(at::MemoryFormat::Contiguous);
         count_bytes_copied(static_cast<std::uint64_t>(t.numel()) * t.element_size());
       }
-      taken.push_back(span_of(t));
     }
     out.outputs = std::move(first);
     return out;
@@ -484,17 +505,18 @@ std::vector<OutputMeta> agreed_outputs(const Comm& comm, const VmapAgreement& ag
   return metas;
 }
 
-struct CoreResult {
-  std::vector<LocalBlock> blocks;
-  std::vector<DType> dtypes;
-  std::vector<Layout> layouts;
+struct CoreOutput {
+  LocalBlock block;
+  DType dtype;
+  Layout layout;
 };
+using CoreResult = std::vector<CoreOutput>;
 
 // The plan: validation, and the signature every rank must share (each argument's layout,
 // dtype and communicator, the options, the random stream; in Same mode the generator state
 // size).
 struct Plan {
-  std::vector<int> mapped;
+  int lead = 0;  // the first mapped array
   std::int64_t batch = 0;
 };
 
@@ -509,9 +531,8 @@ Plan plan_call(Signature& sig, const std::vector<ArrayArg>& arrays, DeviceSpec d
   for (std::size_t k = 0; k < arrays.size(); ++k) {
     sig.arg("array", arrays[k].layout).arg("dtype", arrays[k].dtype);
     sig.arg("array_comm", arrays[k].comm_id);
-    if (arrays[k].layout.split()) p.mapped.push_back(static_cast<int>(k));
   }
-  p.batch = validate_arrays(arrays, p.mapped);
+  std::tie(p.lead, p.batch) = validate_arrays(arrays);
   return p;
 }
 
@@ -529,7 +550,7 @@ LocalOutputs run_here(const Plan& plan, const std::vector<ArrayArg>& arrays,
                       DeviceSpec device, const VmapOptions& options, const StreamState& stream,
                       const ArgsCall& call, Allocate allocate, const at::Tensor& start) {
   LocalOutputs out;
-  const Layout& lead = arrays[plan.mapped[0]].layout;
+  const Layout& lead = arrays[plan.lead].layout;
   const int me = comm.rank();
   const std::int64_t n_local = lead.count(me);
   if (kokkos_fence_needed(device)) Kokkos::fence();  // Kokkos' writes before torch reads them
@@ -539,16 +560,15 @@ LocalOutputs run_here(const Plan& plan, const std::vector<ArrayArg>& arrays,
     std::vector<at::Tensor> locals;
     locals.reserve(arrays.size());
     for (const ArrayArg& a : arrays) locals.push_back(tensor_from_block(a.block, a.dtype, device));
-    std::vector<MemorySpan> input_spans = tensor_spans;
-    for (const ArrayArg& a : arrays) input_spans.push_back(span_of(a.block, size_of(a.dtype)));
     ChunkRunner runner{arrays,    locals, options,         call,
                        generator, device, lead.offset(me), stream.key()};
-    out.run = run_local(options, n_local, runner, allocate, input_spans);
+    out.run = run_local(options, n_local, runner, allocate, tensor_spans);
     count_chunks(static_cast<std::uint64_t>(out.run.chunks));
     KVMAP_CHECK(out.run.metas.size() < 0xffff, ValueError,
                 "kvmap::vmap: the function returned " << out.run.metas.size()
                                                       << " outputs; at most 65534 are supported");
     // Everything assembly needs from the outputs, checked before the result agreement.
+    out.blocks.reserve(out.run.outputs.size());
     for (const at::Tensor& t : out.run.outputs) out.blocks.push_back(block_from_tensor(t));
   }
   torch_on_kokkos.finish();
@@ -556,7 +576,9 @@ LocalOutputs run_here(const Plan& plan, const std::vector<ArrayArg>& arrays,
 }
 
 Layout output_layout(const Layout& lead, const OutputMeta& m) {
-  Shape gshape(m.shape, m.shape + m.ndim);
+  Shape gshape;
+  gshape.reserve(static_cast<std::size_t>(m.ndim) + 1);
+  gshape.assign(m.shape, m.shape + m.ndim);
   gshape.insert(gshape.begin() + m.out_dim, lead.gshape()[*lead.split()]);
   return lead.with_shape(std::move(gshape), m.out_dim);
 }
@@ -567,16 +589,12 @@ CoreResult assemble(LocalOutputs& here, const std::vector<OutputMeta>& metas, co
   Region region("kvmap::vmap/assemble");
   const bool ran = lead.count(me) > 0;
   CoreResult result;
-  result.blocks.reserve(metas.size());
-  result.dtypes.reserve(metas.size());
-  result.layouts.reserve(metas.size());
+  result.reserve(metas.size());
   for (std::size_t k = 0; k < metas.size(); ++k) {
     const DType dt = static_cast<DType>(metas[k].dtype);
     Layout layout = output_layout(lead, metas[k]);
-    result.blocks.push_back(ran ? std::move(here.blocks[k])
-                                : allocate(layout.lshape(me), size_of(dt)));
-    result.dtypes.push_back(dt);
-    result.layouts.push_back(std::move(layout));
+    LocalBlock block = ran ? std::move(here.blocks[k]) : allocate(layout.lshape(me), size_of(dt));
+    result.push_back(CoreOutput{std::move(block), dt, std::move(layout)});
   }
   return result;
 }
@@ -606,7 +624,7 @@ CoreResult run_core(const std::vector<ArrayArg>& arrays,
     std::optional<Plan> plan = once.plan([&](Signature& sig, VmapAgreement& payload) {
       if (same) payload.state.set(GeneratorScope::fingerprint(start));
       Plan p = plan_call(sig, arrays, device, options, stream);
-      lead = &arrays[p.mapped[0]].layout;
+      lead = &arrays[p.lead].layout;
       here = run_here(p, arrays, tensor_spans, comm, device, options, stream, call, allocate,
                       start);
       if (lead->count(me) > 0) {
@@ -643,35 +661,37 @@ CoreResult run_core(const std::vector<ArrayArg>& arrays,
 }  // namespace
 
 template <class M>
-std::vector<DistView<M>> vmap_core(const std::vector<DistView<M>>& arrays,
+std::vector<DistView<M>> vmap_core(const DistView<M>* const* arrays, std::size_t count,
                                    const std::vector<at::Tensor>& tensors,
                                    const VmapOptions& options, const ArgsCall& call) {
-  const Comm comm = arrays.empty() ? Comm::world() : arrays.front().comm();
+  const Comm comm = count == 0 ? Comm::world() : arrays[0]->comm();
   std::vector<ArrayArg> args;
-  args.reserve(arrays.size());
-  for (const DistView<M>& a : arrays) {
+  args.reserve(count);
+  for (std::size_t k = 0; k < count; ++k) {
+    const DistView<M>& a = *arrays[k];
     args.push_back({DistViewAccess::block(a), a.dtype(), a.layout(), a.comm().id()});
   }
   std::vector<MemorySpan> tensor_spans;
+  tensor_spans.reserve(tensors.size());
   for (const at::Tensor& t : tensors) {
     if (t.defined()) tensor_spans.push_back(span_of(t));
   }
   CoreResult result =
       run_core(args, tensor_spans, comm, device_of<M>(), options, call, &allocate_block<M>);
   std::vector<DistView<M>> outputs;
-  outputs.reserve(result.blocks.size());
-  for (std::size_t k = 0; k < result.blocks.size(); ++k) {
-    outputs.push_back(DistViewAccess::make<M>(std::move(result.layouts[k]), result.dtypes[k], comm,
-                                              std::move(result.blocks[k])));
+  outputs.reserve(result.size());
+  for (CoreOutput& out : result) {
+    outputs.push_back(
+        DistViewAccess::make<M>(std::move(out.layout), out.dtype, comm, std::move(out.block)));
   }
   return outputs;
 }
 
 // NOLINTBEGIN(bugprone-macro-parentheses): Space is a type
-#define KVMAP_INSTANTIATE_VMAP_CORE(Space)                                                    \
-  template std::vector<DistView<Space>> vmap_core<Space>(const std::vector<DistView<Space>>&, \
-                                                         const std::vector<at::Tensor>&,      \
-                                                         const VmapOptions&, const ArgsCall&);
+#define KVMAP_INSTANTIATE_VMAP_CORE(Space)                                               \
+  template std::vector<DistView<Space>> vmap_core<Space>(                                \
+      const DistView<Space>* const*, std::size_t, const std::vector<at::Tensor>&, \
+      const VmapOptions&, const ArgsCall&);
 // NOLINTEND(bugprone-macro-parentheses)
 KVMAP_FOR_EACH_MEMORY_SPACE(KVMAP_INSTANTIATE_VMAP_CORE)
 

@@ -55,6 +55,15 @@ void check_layout(const kvmap::Layout& l) {
     sum += l.count(r);
   }
   if (sum != g[s]) broken("sum");
+  if (l.counts().size() != static_cast<std::size_t>(l.nranks())) broken("counts size");
+  for (int r = 0; r < l.nranks(); ++r) {
+    if (l.counts()[r] != l.count(r) || l.offsets()[r] != l.offset(r)) broken("materialized");
+  }
+  if (g[s] > 0) {
+    const auto [first, last] = l.ranks_meeting(g[s] / 3, g[s]);
+    if (first != l.owner(g[s] / 3) || last != l.owner(g[s] - 1) + 1) broken("ranks_meeting");
+  }
+  if (l.ranks_with_rows() < 0 || l.ranks_with_rows() > l.nranks()) broken("ranks_with_rows");
   for (std::int64_t i : {std::int64_t(0), g[s] / 2, g[s] - 1}) {
     if (i < 0 || i >= g[s]) continue;
     const int o = l.owner(i);
@@ -89,8 +98,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         const int axis = static_cast<std::int8_t>(in.byte());
         const kvmap::Layout l = kvmap::Layout::from_counts(shape, axis, counts);
         check_layout(l);
-        if (!(l == kvmap::Layout::from_counts(l.gshape(), *l.split(), l.counts())))
-          broken("equality");
+        const kvmap::Layout again = kvmap::Layout::from_counts(l.gshape(), *l.split(), l.counts());
+        if (!(l == again) || l.fingerprint() != again.fingerprint()) broken("equality");
+        if (l.is_balanced() !=
+            (l == kvmap::Layout::balanced(l.gshape(), *l.split(), l.nranks())))
+          broken("balanced");
         break;
       }
       case 2: {  // stride checks of the tensor bridge

@@ -135,7 +135,7 @@ py::tuple run_vmap(const py::function& func, const kvmap::VmapOptions& options,
   for (auto item : kwargs) {
     if (THPVariable_Check(item.second.ptr())) tensors.push_back(item.second.cast<at::Tensor>());
   }
-  kvmap::Impl::ArgsCall call = [&](const std::vector<at::Tensor>& per_array) {
+  auto call = [&](const std::vector<at::Tensor>& per_array) {
     py::gil_scoped_acquire gil;
     try {
       py::tuple pargs(args.size());
@@ -176,7 +176,11 @@ py::tuple run_vmap(const py::function& func, const kvmap::VmapOptions& options,
   {
     py::gil_scoped_release release;
     try {
-      outputs = kvmap::Impl::vmap_core<Kokkos::HostSpace>(arrays, tensors, options, call);
+      std::vector<const View*> pointers;
+      pointers.reserve(arrays.size());
+      for (const View& a : arrays) pointers.push_back(&a);
+      outputs = kvmap::Impl::vmap_core<Kokkos::HostSpace>(
+          pointers.data(), pointers.size(), tensors, options, kvmap::Impl::ArgsCall(call));
     } catch (...) {
       failure = std::current_exception();
     }
@@ -390,6 +394,8 @@ PYBIND11_MODULE(_kvmap, m) {
     d["vmap_calls"] = s.vmap_calls;
     d["chunks_run"] = s.chunks_run;
     d["collectives"] = s.collectives;
+    d["bytes_received"] = s.bytes_received;
+    d["plans_built"] = s.plans_built;
     d["bytes_allocated"] = s.bytes_allocated;
     d["bytes_live"] = s.bytes_live;
     return d;

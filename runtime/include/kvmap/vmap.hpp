@@ -56,22 +56,40 @@ at::Tensor sample_normal(at::IntArrayRef shape, at::ScalarType dtype = at::kFloa
 namespace Impl {
 
 // Calls the user function with one tensor per DistView argument, in argument order: the
-// batched chunk of a mapped (split) one, the whole local shard of a replicated one.
-using ArgsCall = std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>&)>;
+// batched chunk of a mapped (split) one, the whole local shard of a replicated one. A
+// reference to a callable that outlives the call (no copy, no allocation: this is made on
+// every vmap call); made from lvalues only.
+class ArgsCall {
+ public:
+  template <class F, class = std::enable_if_t<!std::is_same_v<std::decay_t<F>, ArgsCall>>>
+  ArgsCall(F& f)  // NOLINT(google-explicit-constructor): a reference wrapper
+      : object_(static_cast<void*>(&f)),
+        call_([](void* o, const std::vector<at::Tensor>& a) -> std::vector<at::Tensor> {
+          return (*static_cast<F*>(o))(a);
+        }) {}
+  std::vector<at::Tensor> operator()(const std::vector<at::Tensor>& per_array) const {
+    return call_(object_, per_array);
+  }
+
+ private:
+  void* object_;
+  std::vector<at::Tensor> (*call_)(void*, const std::vector<at::Tensor>&);
+};
 
 // The one vmap core, compiled once per memory space, called by the C++ and Python
 // front-ends: slot mapping, communicator, agreement, chunks, no-aliasing rule, assembly.
-// `arrays`: the DistView arguments (copies, so their memory lives for the whole call, whatever
-// the caller does meanwhile); `tensors`: the tensor arguments passed whole, which outputs
-// must not share either. Returns one DistView per output of the function.
+// `arrays`: the `count` DistView arguments, which must stay as they are until the call
+// returns (the C++ front-end points at the caller's arguments; the Python one at its own
+// copies); `tensors`: the tensor arguments passed whole, which outputs must not share either.
+// Returns one DistView per output of the function.
 template <class M>
-std::vector<DistView<M>> vmap_core(const std::vector<DistView<M>>& arrays,
+std::vector<DistView<M>> vmap_core(const DistView<M>* const* arrays, std::size_t count,
                                    const std::vector<at::Tensor>& tensors,
                                    const VmapOptions& options, const ArgsCall& call);
 // NOLINTBEGIN(bugprone-macro-parentheses): Space is a type
-#define KVMAP_EXTERN_VMAP_CORE(Space)                                                          \
-  extern template std::vector<DistView<Space>> vmap_core<Space>(                               \
-      const std::vector<DistView<Space>>&, const std::vector<at::Tensor>&, const VmapOptions&, \
+#define KVMAP_EXTERN_VMAP_CORE(Space)                                                           \
+  extern template std::vector<DistView<Space>> vmap_core<Space>(                                \
+      const DistView<Space>* const*, std::size_t, const std::vector<at::Tensor>&, const VmapOptions&, \
       const ArgsCall&);
 // NOLINTEND(bugprone-macro-parentheses)
 KVMAP_FOR_EACH_MEMORY_SPACE(KVMAP_EXTERN_VMAP_CORE)
@@ -161,7 +179,10 @@ class Vmapped {
     using R = std::decay_t<std::invoke_result_t<const F&, Impl::bound_t<Args>...>>;
     using Traits = Impl::output_traits<R>;
 
-    std::vector<DistView<M>> arrays;
+    // The DistView arguments by address (they outlive the call; nothing is copied or
+    // allocated for them), the tensor arguments for the no-aliasing rule.
+    std::array<const DistView<M>*, sizeof...(Args)> arrays{};
+    std::size_t narrays = 0;
     std::vector<at::Tensor> tensors;
     std::array<int, sizeof...(Args)> slot{};  // index into `arrays`, or -1
     std::size_t i = 0;
@@ -169,8 +190,8 @@ class Vmapped {
       using A = std::decay_t<decltype(a)>;
       slot[i] = -1;
       if constexpr (Impl::is_dist_view<A>::value) {
-        slot[i] = static_cast<int>(arrays.size());
-        arrays.push_back(a);
+        slot[i] = static_cast<int>(narrays);
+        arrays[narrays++] = &a;
       } else if constexpr (std::is_same_v<A, at::Tensor>) {
         tensors.push_back(a);
       }
@@ -179,10 +200,11 @@ class Vmapped {
     (collect(args), ...);
 
     auto args_ref = std::forward_as_tuple(args...);
-    Impl::ArgsCall call = [&](const std::vector<at::Tensor>& per_array) {
+    auto call = [&](const std::vector<at::Tensor>& per_array) {
       return call_with(args_ref, slot, per_array, std::index_sequence_for<Args...>{});
     };
-    return Traits::template from_list<M>(Impl::vmap_core<M>(arrays, tensors, options_, call));
+    return Traits::template from_list<M>(
+        Impl::vmap_core<M>(arrays.data(), narrays, tensors, options_, Impl::ArgsCall(call)));
   }
 
   const VmapOptions& options() const { return options_; }
