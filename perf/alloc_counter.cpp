@@ -27,8 +27,12 @@ void* allocate(std::size_t n, std::size_t align) {
 }
 }  // namespace
 
-void* operator new(std::size_t n) { return allocate(n, alignof(std::max_align_t)); }
-void* operator new[](std::size_t n) { return allocate(n, alignof(std::max_align_t)); }
+void* operator new(std::size_t n) {
+  return allocate(n, alignof(std::max_align_t));
+}
+void* operator new[](std::size_t n) {
+  return allocate(n, alignof(std::max_align_t));
+}
 void* operator new(std::size_t n, std::align_val_t a) {
   return allocate(n, static_cast<std::size_t>(a));
 }
@@ -49,14 +53,30 @@ void* operator new[](std::size_t n, const std::nothrow_t&) noexcept {
     return nullptr;
   }
 }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
-void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p) noexcept {
+  std::free(p);
+}
+void operator delete[](void* p) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, std::size_t) noexcept {
+  std::free(p);
+}
+void operator delete[](void* p, std::size_t) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, std::align_val_t) noexcept {
+  std::free(p);
+}
+void operator delete[](void* p, std::align_val_t) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept {
+  std::free(p);
+}
+void operator delete[](void* p, std::size_t, std::align_val_t) noexcept {
+  std::free(p);
+}
 
 namespace kvmap_perf {
 void count_allocations(bool on) {
@@ -66,6 +86,10 @@ void count_allocations(bool on) {
   }
   g_counting = on;
 }
-std::uint64_t allocated_bytes() { return g_bytes.load(); }
-std::uint64_t allocations() { return g_count.load(); }
+std::uint64_t allocated_bytes() {
+  return g_bytes.load();
+}
+std::uint64_t allocations() {
+  return g_count.load();
+}
 }  // namespace kvmap_perf

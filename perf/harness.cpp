@@ -139,8 +139,8 @@ int Report::evaluate_targets() {
        "overhead_beyond_agreement_us", " n=16", "", true, 3.0},
       {"vmap agreement <= 128 B received per rank per call", "scale", "bytes_received",
        "(measured)", "", true, 128.0},
-      {"emulated local work at 131,072 ranks within 1.5x of at 2", "scale", "over_P2",
-       " P=131072", "", true, 1.5},
+      {"emulated local work at 131,072 ranks within 1.5x of at 2", "scale", "over_P2", " P=131072",
+       "", true, 1.5},
       {"projected vmap agreement at 131,072 ranks <= 30 us", "scale", "agreement_projected_us",
        "P=131072 10 GB/s", "", true, 30.0},
       {"vmap / raw functorch <= 1.02 at 100,000 samples", "overhead", "vmap_over_functorch",
@@ -149,6 +149,8 @@ int Report::evaluate_targets() {
        "chunk_size=4096", true, 1.15},
       {"redistribution >= 0.9 of the faster hand-written exchange", "redistribution",
        "over_best_reference", "", "", false, 0.9},
+      {"linalg::nrm2 within 1.2x of KokkosBlas::nrm2 + MPI_Allreduce", "native", "over_raw", "",
+       "kvmap::linalg::nrm2", true, 1.2},
   };
   int missed = 0;
   std::vector<Record> added;

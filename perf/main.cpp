@@ -26,8 +26,8 @@ const std::map<std::string, std::function<void(kvmap_perf::Report&)>>& scenarios
   };
   return s;
 }
-const char* kOrder[] = {"zero-copy", "overhead", "chunks",
-                        "scaling",   "scale",    "redistribution", "native"};
+const char* kOrder[] = {"zero-copy", "overhead",       "chunks", "scaling",
+                        "scale",     "redistribution", "native"};
 
 int usage(int rc) {
   std::printf(

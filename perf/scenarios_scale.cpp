@@ -118,7 +118,10 @@ void scenario_scale(Report& report) {
         {"vmap, balanced", [&] { View y = vf(even); }},
         {"vmap, uneven", [&] { View y = vf(skewed); }},
         {"balance, uneven", [&] { View y = skewed.balance(); }},
-        {"zeros", [&] { View y = View::zeros({local * P, cols}, kvmap::DType::Float32, 0, comm); }},
+        {"zeros",
+         [&] {
+           View y = View::zeros({local * P, cols}, kvmap::DType::Float32, 0, comm);
+         }},
     };
     for (const auto& [name, op] : calls) {
       const PerCall c = per_call(world, report.settings(), op, reps);
@@ -149,7 +152,8 @@ void scenario_scale(Report& report) {
                   {{"model", "MPI_Allreduce of 120 B by recursive doubling, latency 1.5 us"}}});
       const double exchange = std::max(m.send_peers, m.recv_peers) * kLatencyUs +
                               std::max(m.sent_bytes, m.received_bytes) / (gbs * 1e3);
-      const double all_to_all = P * kLatencyUs + std::max(m.sent_bytes, m.received_bytes) / (gbs * 1e3);
+      const double all_to_all =
+          P * kLatencyUs + std::max(m.sent_bytes, m.received_bytes) / (gbs * 1e3);
       report.add({"scale",
                   "balance" + at_p + bw,
                   "projected",

@@ -163,7 +163,8 @@ TEST_CASE("every representation answers like the counts it stands for") {
         }
         // The same layout made another way: the same fingerprint, equal.
         if (n > 0 && std::count(counts.begin(), counts.end(), n) == 1) {
-          const int h = static_cast<int>(std::find(counts.begin(), counts.end(), n) - counts.begin());
+          const int h =
+              static_cast<int>(std::find(counts.begin(), counts.end(), n) - counts.begin());
           const Layout on = Layout::on_rank({n, 3}, 0, h, P);
           CHECK(on == l);
           CHECK(on.fingerprint() == l.fingerprint());
@@ -185,8 +186,10 @@ TEST_CASE("fingerprints tell layouts apart") {
   CHECK(a.fingerprint() != c.fingerprint());
   CHECK(a.fingerprint() != Layout::balanced({6, 2}, 0, 4).fingerprint());
   CHECK(a.fingerprint() != Layout::balanced({6, 2}, std::nullopt, 4).fingerprint());
-  CHECK(Layout::balanced({6, 2}, 0, 4).fingerprint() != Layout::balanced({6, 2}, 0, 3).fingerprint());
-  CHECK(Layout::balanced({6, 2}, 0, 4).fingerprint() != Layout::balanced({2, 6}, 1, 4).fingerprint());
+  CHECK(Layout::balanced({6, 2}, 0, 4).fingerprint() !=
+        Layout::balanced({6, 2}, 0, 3).fingerprint());
+  CHECK(Layout::balanced({6, 2}, 0, 4).fingerprint() !=
+        Layout::balanced({2, 6}, 1, 4).fingerprint());
   CHECK(a.fingerprint() == Layout::from_counts({6, 2}, 0, {0, 4, 0, 2}).fingerprint());
   CHECK(a == Layout::from_counts({6, 2}, 0, {0, 4, 0, 2}));
 }

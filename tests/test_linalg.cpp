@@ -56,8 +56,8 @@ TEST_CASE("dot: infinities and NaN parts decide the result") {
 TEST_CASE("nrm2: huge and tiny elements on different ranks, one pass, no overflow") {
   const int P = nranks(), me = rank();
   // Rank 0 holds 3e300 and 4e300, the others tiny values that do not change the norm.
-  const at::Tensor mine = me == 0 ? at::tensor({3e300, 4e300}, at::kDouble)
-                                  : at::tensor({1e-300, 2e-300}, at::kDouble);
+  const at::Tensor mine =
+      me == 0 ? at::tensor({3e300, 4e300}, at::kDouble) : at::tensor({1e-300, 2e-300}, at::kDouble);
   auto x = View::from_local(on_device(mine), 0);
   CHECK(kvmap::linalg::nrm2(x) == doctest::Approx(5e300).epsilon(1e-15));
   // All tiny: the squares underflow in plain arithmetic, not here.

@@ -42,7 +42,8 @@ std::uint64_t max_over_ranks(std::uint64_t v) {
 
 // One call of `op` after a warm-up call (communicator duplicates, cached plans and MPI
 // operations are made once, not per call), counted.
-kvmap_traffic::Counts measure(const std::string& name, bool fixed, const std::function<void()>& op) {
+kvmap_traffic::Counts measure(const std::string& name, bool fixed,
+                              const std::function<void()>& op) {
   op();
   MPI_Barrier(MPI_COMM_WORLD);
   const std::uint64_t counted_before = kvmap::stats().bytes_received;
@@ -122,9 +123,8 @@ TEST_CASE("vmap: one fixed-size agreement per call in every mode, for 1 and 9 ou
         const std::string name = std::string("vmap ") + kvmap::name(mode) + " " +
                                  std::to_string(nout) + (nout == 1 ? " output " : " outputs ") +
                                  (even ? "even" : "uneven");
-        const auto c = measure(name, true, [&] {
-          out = kvmap::vmap(f, VmapOptions().randomness(mode))(x);
-        });
+        const auto c =
+            measure(name, true, [&] { out = kvmap::vmap(f, VmapOptions().randomness(mode))(x); });
         // The agreement is one collective: an MPI_Allreduce of at most 128 bytes.
         if (P > 1) {
           CHECK(c.collectives == 1);
@@ -153,14 +153,14 @@ TEST_CASE("vmap: ranks without samples learn the outputs' metadata") {
                .redistribute(Layout::from_counts({n, 3}, 0, counts));
   for (int nout : {1, 9}) {
     std::vector<View> out;
-    const auto c = measure("vmap error " + std::to_string(nout) + " outputs, a rank without samples",
-                           true, [&] {
-                             out = kvmap::vmap([nout](const at::Tensor& v) {
-                               std::vector<at::Tensor> r;
-                               for (int k = 0; k < nout; ++k) r.push_back((v * 2 + k).to(at::kDouble));
-                               return r;
-                             })(x);
-                           });
+    const auto c = measure(
+        "vmap error " + std::to_string(nout) + " outputs, a rank without samples", true, [&] {
+          out = kvmap::vmap([nout](const at::Tensor& v) {
+            std::vector<at::Tensor> r;
+            for (int k = 0; k < nout; ++k) r.push_back((v * 2 + k).to(at::kDouble));
+            return r;
+          })(x);
+        });
     CHECK(c.all_to_all == 0);
     const at::Tensor xg = x.allgather();
     for (int k = 0; k < nout; ++k) {
@@ -268,8 +268,8 @@ TEST_CASE("write this run's figures") {
   if (rank() != 0) return;
   std::ofstream out("traffic_np" + std::to_string(nranks()) + ".tsv");
   for (const Row& r : rows()) {
-    out << r.op << '\t' << (r.fixed ? "fixed" : "data") << '\t' << r.calls << '\t'
-        << r.collectives << '\t' << r.bytes_received << '\t' << r.functions << '\n';
+    out << r.op << '\t' << (r.fixed ? "fixed" : "data") << '\t' << r.calls << '\t' << r.collectives
+        << '\t' << r.bytes_received << '\t' << r.functions << '\n';
   }
   CHECK(out.good());
 }

@@ -530,8 +530,6 @@ TEST_CASE("one collective per call in every randomness mode, none on one rank") 
         }) == one);
 }
 
-
-
 TEST_CASE("sample_uniform / sample_normal do not depend on ranks or chunk sizes") {
   const int64_t n = 11;
   auto f = [](const at::Tensor& v) {

@@ -139,7 +139,7 @@ std::string Signature::str() const {
 
 namespace {
 std::string different_arguments(const char* site, int rank, const std::string& theirs,
-                                 const std::string& rank0s) {
+                                const std::string& rank0s) {
   return std::string("kvmap: ") + site +
          " is collective and needs the same arguments on every rank, but rank " +
          std::to_string(rank) + " called " + theirs + " while rank 0 called " + rank0s;

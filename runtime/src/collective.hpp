@@ -60,7 +60,18 @@ class Signature {
   std::string str() const;
 
  private:
-  enum class Kind : std::uint8_t { Int, UInt, Double, DType, Layout, Shape, Split, Comm, Text, Ints };
+  enum class Kind : std::uint8_t {
+    Int,
+    UInt,
+    Double,
+    DType,
+    Layout,
+    Shape,
+    Split,
+    Comm,
+    Text,
+    Ints
+  };
   static constexpr int kShapeInline = 8;
   struct Arg {
     const char* name;
@@ -209,8 +220,7 @@ class Collective {
   }
   // Whether every rank planned without failure and signed alike (after reduce()).
   bool consistent() const {
-    return packet_.head.failed == 0 &&
-           packet_.head.fingerprint_min == packet_.head.fingerprint_max;
+    return packet_.head.failed == 0 && packet_.head.fingerprint_min == packet_.head.fingerprint_max;
   }
   // Every rank throws unless consistent() (the failure path communicates).
   void judge() {

@@ -154,8 +154,8 @@ bool Comm::emulated() const {
 namespace Impl {
 Comm emulated_comm(int rank, int size) {
   KVMAP_CHECK(size >= 1 && rank >= 0 && rank < size, ValueError,
-              "kvmap: an emulated communicator needs 0 <= rank < size, got rank "
-                  << rank << " of " << size);
+              "kvmap: an emulated communicator needs 0 <= rank < size, got rank " << rank << " of "
+                                                                                  << size);
   auto h = std::make_shared<Comm::Handle>();
   h->emulated_rank = rank;
   h->emulated_size = size;

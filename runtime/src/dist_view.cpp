@@ -111,7 +111,8 @@ struct LocalMeta {
     h = Impl::combine64(Impl::combine64(h, static_cast<std::uint64_t>(ndim)),
                         static_cast<std::uint64_t>(dtype));
     for (int d = 0; d < ndim; ++d) {
-      if (!split_given || d != split) h = Impl::combine64(h, static_cast<std::uint64_t>(extents[d]));
+      if (!split_given || d != split)
+        h = Impl::combine64(h, static_cast<std::uint64_t>(extents[d]));
     }
     return h;
   }
@@ -205,7 +206,9 @@ DistView<M> DistView<M>::from_local_source(const LocalSource& source, std::optio
     for (int d = 0; d < ndim; ++d) meta.extents[d] = block.extents[d];
     rows.count = split ? block.extents[meta.split] : 0;
     rows.meta = meta.fingerprint();
-    return Plan{std::move(block), dtype, meta, std::vector<std::int64_t>(comm.size())};
+    // The layout's counts, filled from the gather (a replicated array has none).
+    std::vector<std::int64_t> counts(split ? static_cast<std::size_t>(comm.size()) : 0);
+    return Plan{std::move(block), dtype, meta, std::move(counts)};
   });
   const std::vector<LocalRows> all = call.agree_gather();
   check_local_metas(comm, plan->meta, all);

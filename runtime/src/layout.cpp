@@ -192,9 +192,9 @@ Layout Layout::from_counts(Shape gshape, int split, std::vector<std::int64_t> co
 
 Layout Layout::on_rank(Shape gshape, int split, int holder, int nranks) {
   KVMAP_CHECK(nranks >= 1, ValueError, "kvmap::Layout: nranks must be >= 1, got " << nranks);
-  KVMAP_CHECK(holder >= 0 && holder < nranks, ValueError,
-              "kvmap::Layout::on_rank: rank " << holder << " out of range for " << nranks
-                                              << " ranks");
+  KVMAP_CHECK(
+      holder >= 0 && holder < nranks, ValueError,
+      "kvmap::Layout::on_rank: rank " << holder << " out of range for " << nranks << " ranks");
   Impl::checked_numel(gshape);
   const int s = Impl::normalize_axis(split, static_cast<int>(gshape.size()), "split axis");
   // No rows, one rank, or one row on rank 0: that is Heat's rule too.

@@ -69,8 +69,8 @@ Kokkos::View<T*, M, Kokkos::MemoryTraits<Kokkos::Unmanaged>> flat(const DistView
 struct SquareSums {
   double small = 0, medium = 0, big = 0;
 };
-constexpr double kTiny = 0x1p-511;   // below: scaled up by kUp
-constexpr double kHuge = 0x1p+486;   // above: scaled down by kDown
+constexpr double kTiny = 0x1p-511;  // below: scaled up by kUp
+constexpr double kHuge = 0x1p+486;  // above: scaled down by kDown
 constexpr double kUp = 0x1p+537, kDown = 0x1p-538;
 constexpr int kUpExponent = 537, kDownExponent = -538;
 
@@ -155,11 +155,11 @@ double nrm2(const DistView<M>& x) {
         for (std::int64_t e : x.lshape()) n *= e;
         const Kokkos::RangePolicy<Exec> all(0, static_cast<std::size_t>(n));
         if (x.dtype() == DType::Float64) {
-          Kokkos::parallel_reduce("kvmap::linalg::nrm2", all, SquareSumsOf<double, M>{flat<double>(x)},
-                                  parts);
+          Kokkos::parallel_reduce("kvmap::linalg::nrm2", all,
+                                  SquareSumsOf<double, M>{flat<double>(x)}, parts);
         } else {
-          Kokkos::parallel_reduce("kvmap::linalg::nrm2", all, SquareSumsOf<float, M>{flat<float>(x)},
-                                  parts);
+          Kokkos::parallel_reduce("kvmap::linalg::nrm2", all,
+                                  SquareSumsOf<float, M>{flat<float>(x)}, parts);
         }
         partial.sum.add(parts.small, -2 * kUpExponent);
         partial.sum.add(parts.medium);

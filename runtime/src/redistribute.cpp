@@ -128,8 +128,8 @@ bool contiguous_in(const std::vector<std::int64_t>& strides, const Box& sub) {
 }
 
 // Byte offset of global index sub.lo inside a block with these strides holding `whole`.
-std::size_t offset_bytes(const std::vector<std::int64_t>& strides, const Box& whole,
-                         const Box& sub, std::size_t itemsize) {
+std::size_t offset_bytes(const std::vector<std::int64_t>& strides, const Box& whole, const Box& sub,
+                         std::size_t itemsize) {
   std::int64_t off = 0;
   for (int d = 0; d < whole.ndim; ++d) off += (sub.lo[d] - whole.lo[d]) * strides[d];
   return static_cast<std::size_t>(off) * itemsize;
@@ -270,13 +270,12 @@ void plan_side(Side& side, bool send, const std::vector<std::int64_t>& strides, 
 // Peers whose rows (under `theirs`) meet `mine` (rows [lo, lo + n) of the split axis): a
 // range of ranks by bisection, or every rank when the split axes differ.
 template <class Fn>
-void for_each_peer_meeting(const Layout& theirs, const Box& mine, int split_of_mine, int me,
-                           int P, Fn&& fn) {
+void for_each_peer_meeting(const Layout& theirs, const Box& mine, int split_of_mine, int me, int P,
+                           Fn&& fn) {
   if (mine.volume() == 0) return;
   int first = 0, last = P;
   if (*theirs.split() == split_of_mine) {
-    std::tie(first, last) =
-        theirs.ranks_meeting(mine.lo[split_of_mine], mine.hi[split_of_mine]);
+    std::tie(first, last) = theirs.ranks_meeting(mine.lo[split_of_mine], mine.hi[split_of_mine]);
   }
   for (int q = first; q < last; ++q) {
     if (q != me) fn(q);
@@ -303,12 +302,11 @@ ExchangePlan build_plan(const PlanKey& key, int me, int P, bool host_accessible)
     // Every holder's block to every rank.
     x.kind = ExchangeKind::Allgather;
     const int s = *S.split();
-    const std::size_t row = static_cast<std::size_t>(x.my_dst.volume() / std::max<std::int64_t>(
-                                                         1, S.gshape()[s])) *
-                            itemsize;
+    const std::size_t row =
+        static_cast<std::size_t>(x.my_dst.volume() / std::max<std::int64_t>(1, S.gshape()[s])) *
+        itemsize;
     const bool in_place_recv = s == 0 && !key.staged;
-    const bool in_place_send =
-        s == 0 && !key.staged && contiguous_in(key.source_strides, x.my_src);
+    const bool in_place_send = s == 0 && !key.staged && contiguous_in(key.source_strides, x.my_src);
     x.send.packed = !in_place_send;
     x.send.packed_bytes = static_cast<std::size_t>(x.my_src.volume()) * itemsize;
     x.recv.packed = !in_place_recv;
@@ -425,8 +423,13 @@ Exchange<M> plan_exchange(const DistView<M>& src, const Layout& target) {
   const int me = comm.rank();
   Exchange<M> x(src, target);
   x.src_block = Impl::DistViewAccess::block(src);
-  PlanKey key{comm.id(),          src.layout(), target, x.src_block.strides, src.itemsize(),
-              staged_through_host<M>(), Impl::mpi_count_limit()};
+  PlanKey key{comm.id(),
+              src.layout(),
+              target,
+              x.src_block.strides,
+              src.itemsize(),
+              staged_through_host<M>(),
+              Impl::mpi_count_limit()};
   x.plan = PlanCache::instance().find(key);
   if (!x.plan) {
     x.plan = std::make_shared<ExchangePlan>(
@@ -461,17 +464,19 @@ DistView<M> run_exchange(Exchange<M>& x) {
     const unsigned char* send_ptr = static_cast<const unsigned char*>(src.data);
     if (p.send.packed) {
       if (send_scratch) {
-        copy_sub_box(exec, src, p.my_src, buffer_block(send_scratch, p.my_src), p.my_src,
-                     p.my_src, itemsize);
+        copy_sub_box(exec, src, p.my_src, buffer_block(send_scratch, p.my_src), p.my_src, p.my_src,
+                     itemsize);
       }
       send_ptr = send_scratch;
     }
-    unsigned char* recv_base = p.recv.packed ? recv_scratch : static_cast<unsigned char*>(x.dst.data);
+    unsigned char* recv_base =
+        p.recv.packed ? recv_scratch : static_cast<unsigned char*>(x.dst.data);
     exec.fence();
     const void* mpi_send = send_ptr;
     void* mpi_recv = recv_base;
     if (p.staged) {
-      if (x.send_host) copy_bytes<Kokkos::HostSpace, M>(x.send_host->data(), send_ptr, p.send.packed_bytes);
+      if (x.send_host)
+        copy_bytes<Kokkos::HostSpace, M>(x.send_host->data(), send_ptr, p.send.packed_bytes);
       mpi_send = x.send_host ? x.send_host->data() : nullptr;
       mpi_recv = x.recv_host ? x.recv_host->data() : nullptr;
     }
@@ -480,7 +485,8 @@ DistView<M> run_exchange(Exchange<M>& x) {
     } else {
       comm.run(p.exchange, mpi_send, mpi_recv);
     }
-    if (p.staged && x.recv_host) copy_bytes<M, Kokkos::HostSpace>(recv_base, x.recv_host->data(), p.recv.packed_bytes);
+    if (p.staged && x.recv_host)
+      copy_bytes<M, Kokkos::HostSpace>(recv_base, x.recv_host->data(), p.recv.packed_bytes);
     if (p.recv.packed) {
       std::size_t off = 0;
       for (const Box& b : p.blocks) {
@@ -500,10 +506,12 @@ DistView<M> run_exchange(Exchange<M>& x) {
     const void* send_base = p.send.packed ? send_scratch : src.data;
     void* recv_base = p.recv.packed ? recv_scratch : x.dst.data;
     if (p.staged) {
-      if (x.send_host) copy_bytes<Kokkos::HostSpace, M>(x.send_host->data(), send_scratch, p.send.packed_bytes);
+      if (x.send_host)
+        copy_bytes<Kokkos::HostSpace, M>(x.send_host->data(), send_scratch, p.send.packed_bytes);
       comm.run(p.exchange, x.send_host ? x.send_host->data() : nullptr,
                x.recv_host ? x.recv_host->data() : nullptr);
-      if (x.recv_host) copy_bytes<M, Kokkos::HostSpace>(recv_scratch, x.recv_host->data(), p.recv.packed_bytes);
+      if (x.recv_host)
+        copy_bytes<M, Kokkos::HostSpace>(recv_scratch, x.recv_host->data(), p.recv.packed_bytes);
     } else {
       comm.run(p.exchange, send_base, recv_base);
     }
@@ -594,9 +602,9 @@ GatherPlan<M> plan_gather(const DistView<M>& v, int root) {
     return plan;
   }
   // Every row on root (O(1), whatever the number of ranks), or everything everywhere.
-  plan.exchange.emplace(plan_exchange(
-      v, root >= 0 ? Layout::on_rank(v.gshape(), *v.split(), root, comm.size())
-                   : Layout::replicated(v.gshape(), comm.size())));
+  plan.exchange.emplace(
+      plan_exchange(v, root >= 0 ? Layout::on_rank(v.gshape(), *v.split(), root, comm.size())
+                                 : Layout::replicated(v.gshape(), comm.size())));
   return plan;
 }
 
@@ -682,7 +690,8 @@ struct ScatterMeta {
   static void combine(const ScatterMeta& in, ScatterMeta& inout) {
     inout.ndim = std::max(inout.ndim, in.ndim);
     inout.dtype = std::max(inout.dtype, in.dtype);
-    for (int d = 0; d < Impl::kMaxRank; ++d) inout.extents[d] = std::max(inout.extents[d], in.extents[d]);
+    for (int d = 0; d < Impl::kMaxRank; ++d)
+      inout.extents[d] = std::max(inout.extents[d], in.extents[d]);
   }
 };
 }  // namespace

@@ -305,7 +305,8 @@ struct ChunkRunner {
           static_cast<std::int32_t>(normalize_out_dim(options.out_dims(), k, results.size(), ndim));
       for (std::int64_t d = 0; d < ndim; ++d) m.shape[d] = results[k].size(d);
       const DeviceSpec have = device_spec_of(results[k]);
-      if (have.kind != device.kind || (device.kind != DeviceKind::CPU && have.index != device.index))
+      if (have.kind != device.kind ||
+          (device.kind != DeviceKind::CPU && have.index != device.index))
         check_same_device(results[k], device, "kvmap::vmap: output " + std::to_string(k));
       if (first) {
         record->push_back(m);
@@ -620,14 +621,12 @@ CoreResult run_core(const std::vector<ArrayArg>& arrays,
   for (int attempt = 0;; ++attempt) {
     Collective<VmapAgreement> once("vmap", comm);
     LocalOutputs here;
-    const Layout* lead = nullptr;
     std::optional<Plan> plan = once.plan([&](Signature& sig, VmapAgreement& payload) {
       if (same) payload.state.set(GeneratorScope::fingerprint(start));
       Plan p = plan_call(sig, arrays, device, options, stream);
-      lead = &arrays[p.lead].layout;
-      here = run_here(p, arrays, tensor_spans, comm, device, options, stream, call, allocate,
-                      start);
-      if (lead->count(me) > 0) {
+      here =
+          run_here(p, arrays, tensor_spans, comm, device, options, stream, call, allocate, start);
+      if (arrays[p.lead].layout.count(me) > 0) {
         payload.outputs.set(fingerprint(here.run.metas));
         encode(here.run.metas, payload);
       }
@@ -647,13 +646,14 @@ CoreResult run_core(const std::vector<ArrayArg>& arrays,
         continue;
       }
       once.judge();
-      // Outputs that differ between ranks are seen alike by every rank: all throw.
-      if (!agreed.outputs.same()) raise_different_outputs(comm, lead->count(me) > 0, here.run.metas);
     }
+    const Layout& lead = arrays[plan->lead].layout;
+    const bool ran = lead.count(me) > 0;
+    // Outputs that differ between ranks are seen alike by every rank: all throw.
+    if (!agreed.outputs.same()) raise_different_outputs(comm, ran, here.run.metas);
     return once.execute([&] {
-      const std::vector<OutputMeta> metas =
-          agreed_outputs(comm, agreed, *lead, lead->count(me) > 0, here.run.metas);
-      return assemble(here, metas, *lead, me, allocate);
+      const std::vector<OutputMeta> metas = agreed_outputs(comm, agreed, lead, ran, here.run.metas);
+      return assemble(here, metas, lead, me, allocate);
     });
   }
 }
@@ -688,8 +688,8 @@ std::vector<DistView<M>> vmap_core(const DistView<M>* const* arrays, std::size_t
 }
 
 // NOLINTBEGIN(bugprone-macro-parentheses): Space is a type
-#define KVMAP_INSTANTIATE_VMAP_CORE(Space)                                               \
-  template std::vector<DistView<Space>> vmap_core<Space>(                                \
+#define KVMAP_INSTANTIATE_VMAP_CORE(Space)                                        \
+  template std::vector<DistView<Space>> vmap_core<Space>(                         \
       const DistView<Space>* const*, std::size_t, const std::vector<at::Tensor>&, \
       const VmapOptions&, const ArgsCall&);
 // NOLINTEND(bugprone-macro-parentheses)

@@ -132,7 +132,8 @@ GeneratorScope::~GeneratorScope() {
   if (mode_ == Randomness::Error) return;
   std::lock_guard<std::mutex> lock(generator_.mutex());
   generator_.set_current_seed(
-      mix_bits(state_hash_ ^ (mode_ == Randomness::Same ? 0x5A5A5A5A5A5A5A5Aull : 0xA5A5A5A5A5A5A5A5ull)) >>
+      mix_bits(state_hash_ ^
+               (mode_ == Randomness::Same ? 0x5A5A5A5A5A5A5A5Aull : 0xA5A5A5A5A5A5A5A5ull)) >>
       1);
 }
 

@@ -100,8 +100,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         check_layout(l);
         const kvmap::Layout again = kvmap::Layout::from_counts(l.gshape(), *l.split(), l.counts());
         if (!(l == again) || l.fingerprint() != again.fingerprint()) broken("equality");
-        if (l.is_balanced() !=
-            (l == kvmap::Layout::balanced(l.gshape(), *l.split(), l.nranks())))
+        if (l.is_balanced() != (l == kvmap::Layout::balanced(l.gshape(), *l.split(), l.nranks())))
           broken("balanced");
         break;
       }

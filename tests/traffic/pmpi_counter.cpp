@@ -85,8 +85,8 @@ int MPI_Allgather(const void* s, int sc, MPI_Datatype st, void* r, int rc, MPI_D
   return PMPI_Allgather(s, sc, st, r, rc, rt, comm);
 }
 
-int MPI_Allgatherv(const void* s, int sc, MPI_Datatype st, void* r, const int rc[],
-                   const int rd[], MPI_Datatype rt, MPI_Comm comm) {
+int MPI_Allgatherv(const void* s, int sc, MPI_Datatype st, void* r, const int rc[], const int rd[],
+                   MPI_Datatype rt, MPI_Comm comm) {
   std::uint64_t bytes = 0;
   for (int p = 0; p < comm_size(comm); ++p) bytes += type_bytes(rc[p], rt);
   note("Allgatherv", true, bytes);

@@ -179,8 +179,8 @@ py::tuple run_vmap(const py::function& func, const kvmap::VmapOptions& options,
       std::vector<const View*> pointers;
       pointers.reserve(arrays.size());
       for (const View& a : arrays) pointers.push_back(&a);
-      outputs = kvmap::Impl::vmap_core<Kokkos::HostSpace>(
-          pointers.data(), pointers.size(), tensors, options, kvmap::Impl::ArgsCall(call));
+      outputs = kvmap::Impl::vmap_core<Kokkos::HostSpace>(pointers.data(), pointers.size(), tensors,
+                                                          options, kvmap::Impl::ArgsCall(call));
     } catch (...) {
       failure = std::current_exception();
     }

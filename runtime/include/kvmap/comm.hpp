@@ -95,8 +95,8 @@ class Comm {
   }
   // Byte-wise all-gather of variable-size blocks, counts and displacements (in bytes) known on
   // every rank and within MPI's count limit (Exchange takes larger ones).
-  void allgatherv_bytes(const void* send, int send_count, void* recv, const std::vector<int>& counts,
-                        const std::vector<int>& displs) const;
+  void allgatherv_bytes(const void* send, int send_count, void* recv,
+                        const std::vector<int>& counts, const std::vector<int>& displs) const;
 
   // An MPI datatype kvmap built; freed with its last copy (unless MPI is finalized by then).
   class Datatype {

@@ -87,10 +87,10 @@ std::vector<DistView<M>> vmap_core(const DistView<M>* const* arrays, std::size_t
                                    const std::vector<at::Tensor>& tensors,
                                    const VmapOptions& options, const ArgsCall& call);
 // NOLINTBEGIN(bugprone-macro-parentheses): Space is a type
-#define KVMAP_EXTERN_VMAP_CORE(Space)                                                           \
-  extern template std::vector<DistView<Space>> vmap_core<Space>(                                \
-      const DistView<Space>* const*, std::size_t, const std::vector<at::Tensor>&, const VmapOptions&, \
-      const ArgsCall&);
+#define KVMAP_EXTERN_VMAP_CORE(Space)                                             \
+  extern template std::vector<DistView<Space>> vmap_core<Space>(                  \
+      const DistView<Space>* const*, std::size_t, const std::vector<at::Tensor>&, \
+      const VmapOptions&, const ArgsCall&);
 // NOLINTEND(bugprone-macro-parentheses)
 KVMAP_FOR_EACH_MEMORY_SPACE(KVMAP_EXTERN_VMAP_CORE)
 #undef KVMAP_EXTERN_VMAP_CORE
