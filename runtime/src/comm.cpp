@@ -398,6 +398,37 @@ void Comm::run(Exchange& x, const void* send_base, void* recv_base) const {
             "MPI_Waitall");
 }
 
+Comm::PeerTypes::PeerTypes(int nranks)
+    : counts_(static_cast<std::size_t>(nranks), 0),
+      displs_(static_cast<std::size_t>(nranks), 0),
+      types_(static_cast<std::size_t>(nranks), MPI_BYTE),
+      owned_(static_cast<std::size_t>(nranks)) {}
+
+void Comm::PeerTypes::set(int peer, Datatype type) {
+  int bytes = 0;
+  MPI_Type_size(type.raw(), &bytes);
+  bytes_ += static_cast<std::size_t>(bytes);
+  counts_[peer] = 1;
+  types_[peer] = type.raw();
+  owned_[peer] = std::move(type);
+}
+
+void Comm::alltoallw(const void* send, const PeerTypes& send_types, void* recv,
+                     const PeerTypes& recv_types) const {
+  if (emulated()) return;
+  Impl::count_collective();
+  const auto n = static_cast<std::size_t>(size_);
+  for (const PeerTypes* t : {&send_types, &recv_types}) {
+    KVMAP_CHECK(t->counts_.size() == n, ValueError,
+                "kvmap: alltoallw needs one count, displacement and datatype per rank");
+  }
+  Impl::count_received(recv_types.bytes_);
+  check_mpi(MPI_Alltoallw(send, send_types.counts_.data(), send_types.displs_.data(),
+                          send_types.types_.data(), recv, recv_types.counts_.data(),
+                          recv_types.displs_.data(), recv_types.types_.data(), raw()),
+            "MPI_Alltoallw");
+}
+
 namespace {
 void check_type(int rc) {
   KVMAP_CHECK(rc == MPI_SUCCESS, Error, "kvmap: building an MPI datatype failed (" << rc << ")");

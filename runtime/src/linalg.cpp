@@ -63,9 +63,9 @@ Kokkos::View<T*, M, Kokkos::MemoryTraits<Kokkos::Unmanaged>> flat(const DistView
       static_cast<T*>(x.local_data()), static_cast<std::size_t>(n));
 }
 
-// The squares of one shard in one pass, in three sums whose scaling by constant powers of
-// two keeps them from overflowing or underflowing (Blue's algorithm, as LAPACK's dnrm2 since
-// 3.10): squares of tiny elements scaled up, of huge ones scaled down, the rest as they are.
+// The squares of one shard in three sums whose scaling by constant powers of two keeps them
+// from overflowing or underflowing (Blue's algorithm, as LAPACK's dnrm2 since 3.10): squares
+// of tiny elements scaled up, of huge ones scaled down, the rest as they are.
 struct SquareSums {
   double small = 0, medium = 0, big = 0;
 };
@@ -111,6 +111,47 @@ struct ExactPayload {
   static void combine(const ExactPayload& in, ExactPayload& inout) { inout.sum.merge(in.sum); }
 };
 
+// The sum of squares of this rank's shard, exactly as an ExactSum. One plain pass (what
+// KokkosBlas::nrm2 does, vectorized) suffices unless it overflowed or came out so small that
+// squares below the double range could matter: then a second pass with Blue's scaled sums.
+// Float32 elements square in double without either, whatever their values.
+template <class M>
+Impl::ExactSum local_squares(const DistView<M>& x) {
+  using Exec = typename DistView<M>::execution_space;
+  std::int64_t n = 1;
+  for (std::int64_t e : x.lshape()) n *= e;
+  const Kokkos::RangePolicy<Exec> all(0, static_cast<std::size_t>(n));
+  Impl::ExactSum out;
+  double plain = 0.0;
+  if (x.dtype() == DType::Float32) {
+    const auto v = flat<float>(x);
+    Kokkos::parallel_reduce(
+        "kvmap::linalg::nrm2", all,
+        KOKKOS_LAMBDA(const std::size_t i, double& sum) {
+          const double a = static_cast<double>(v(i));
+          sum += a * a;
+        },
+        plain);
+    out.add(plain);
+    return out;
+  }
+  const auto v = flat<double>(x);
+  Kokkos::parallel_reduce(
+      "kvmap::linalg::nrm2", all,
+      KOKKOS_LAMBDA(const std::size_t i, double& sum) { sum += v(i) * v(i); }, plain);
+  // Squares lost below 2^-1022 change a sum of at least 2^-900 by n * 2^-122 relatively.
+  if (std::isnan(plain) || (std::isfinite(plain) && plain >= 0x1p-900)) {
+    out.add(plain);
+    return out;
+  }
+  SquareSums parts;
+  Kokkos::parallel_reduce("kvmap::linalg::nrm2/scaled", all, SquareSumsOf<double, M>{v}, parts);
+  out.add(parts.small, -2 * kUpExponent);
+  out.add(parts.medium);
+  out.add(parts.big, -2 * kDownExponent);
+  return out;
+}
+
 }  // namespace
 
 // dot and nrm2 compute their local part in the plan (a local reduction, nothing shared is
@@ -149,21 +190,7 @@ double nrm2(const DistView<M>& x) {
       [&](Impl::Signature& sig, ExactPayload& partial) {
         describe(sig, x, "x");
         check_operand(x, "nrm2", "x");
-        using Exec = typename DistView<M>::execution_space;
-        SquareSums parts;
-        std::int64_t n = 1;
-        for (std::int64_t e : x.lshape()) n *= e;
-        const Kokkos::RangePolicy<Exec> all(0, static_cast<std::size_t>(n));
-        if (x.dtype() == DType::Float64) {
-          Kokkos::parallel_reduce("kvmap::linalg::nrm2", all,
-                                  SquareSumsOf<double, M>{flat<double>(x)}, parts);
-        } else {
-          Kokkos::parallel_reduce("kvmap::linalg::nrm2", all,
-                                  SquareSumsOf<float, M>{flat<float>(x)}, parts);
-        }
-        partial.sum.add(parts.small, -2 * kUpExponent);
-        partial.sum.add(parts.medium);
-        partial.sum.add(parts.big, -2 * kDownExponent);
+        partial.sum = local_squares(x);
         return true;
       },
       [](bool, const ExactPayload& total) {

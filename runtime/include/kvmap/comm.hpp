@@ -146,6 +146,25 @@ class Comm {
   // Posts every receive, then every send, and waits for all.
   void run(Exchange& exchange, const void* send_base, void* recv_base) const;
 
+  // One side of an all-to-all where MPI packs (MPI_Alltoallw): per peer a box datatype placed
+  // relative to the buffer (count 1), or nothing (count 0). For a change of split axis, where
+  // every pair of ranks exchanges; built once with a plan.
+  class PeerTypes {
+   public:
+    explicit PeerTypes(int nranks = 0);
+    void set(int peer, Datatype type);
+    std::size_t bytes() const { return bytes_; }
+
+   private:
+    friend class Comm;
+    std::vector<int> counts_, displs_;
+    std::vector<MPI_Datatype> types_;
+    std::vector<Datatype> owned_;
+    std::size_t bytes_ = 0;
+  };
+  void alltoallw(const void* send, const PeerTypes& send_types, void* recv,
+                 const PeerTypes& recv_types) const;
+
   // Writes `message` to stderr and ends the whole job (MPI_Abort): for failures after every
   // rank has agreed to run a call, when the other ranks can no longer be told.
   [[noreturn]] void abort(const std::string& message) const;

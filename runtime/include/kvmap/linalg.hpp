@@ -12,8 +12,9 @@ namespace kvmap::linalg {
 template <class MemorySpace>
 double dot(const DistView<MemorySpace>& x, const DistView<MemorySpace>& y);
 
-// Global Euclidean norm of x: one pass over each shard (squares in three ranges scaled by
-// powers of two, so none over- or underflows), summed exactly across ranks.
+// Global Euclidean norm of x: one pass over each shard summing squares, and a second one
+// (squares in three ranges scaled by powers of two) only on a shard whose plain sum
+// over- or underflowed; summed exactly across ranks.
 template <class MemorySpace>
 double nrm2(const DistView<MemorySpace>& x);
 
