@@ -1,5 +1,6 @@
-// The vmap scheduler: validate, run the chunks under functorch, agree once (status,
-// signature, outputs), assemble the output DistViews.
+// The vmap scheduler: validate, run the chunks (under functorch for vmap, on plain batched
+// tensors for map_batches), agree once (status, signature, outputs), assemble the output
+// DistViews.
 #include "kvmap/vmap.hpp"
 
 #include <ATen/ATen.h>
@@ -104,12 +105,14 @@ struct ArrayArg {
 
 // ---- 1. validation (deterministic on what the agreement compares) --------------------
 // The first mapped array's index (the lead, whose layout the outputs follow) and the batch.
-std::pair<int, std::int64_t> validate_arrays(const std::vector<ArrayArg>& arrays) {
+// An empty batch (0 samples on every rank) is valid: f then runs once on a batch of 0, on
+// every rank, as torch.vmap does, to give the outputs' per-sample shapes and dtypes.
+std::pair<int, std::int64_t> validate_arrays(const std::vector<ArrayArg>& arrays, const char* who) {
   int lead = -1, j = 0;
   for (std::size_t k = 0; k < arrays.size(); ++k) {
     KVMAP_CHECK(arrays[k].comm_id == arrays[0].comm_id, ValueError,
-                "kvmap::vmap: DistView argument " << k << " lives on another communicator than "
-                                                  << "DistView argument 0");
+                who << ": DistView argument " << k << " lives on another communicator than "
+                    << "DistView argument 0");
     if (!arrays[k].layout.split()) continue;
     if (lead < 0) {
       lead = static_cast<int>(k);
@@ -120,20 +123,16 @@ std::pair<int, std::int64_t> validate_arrays(const std::vector<ArrayArg>& arrays
     const Layout& l = arrays[k].layout;
     KVMAP_CHECK(l.gshape()[*l.split()] == first.gshape()[*first.split()] && l.same_rows(first),
                 ValueError,
-                "kvmap::vmap: mapped inputs need the same batch length and the same per-rank "
-                "counts along their split axes, but mapped input 0 has "
+                who << ": mapped inputs need the same batch length and the same per-rank "
+                       "counts along their split axes, but mapped input 0 has "
                     << first << " and mapped input " << j << " has " << l);
     ++j;
   }
   KVMAP_CHECK(lead >= 0, ValueError,
-              "kvmap::vmap: no mapped input; pass at least one DistView with a split axis "
-              "(replicated DistViews and other arguments are passed to the function whole)");
+              who << ": no mapped input; pass at least one DistView with a split axis "
+                     "(replicated DistViews and other arguments are passed to the function whole)");
   const Layout& first = arrays[lead].layout;
-  const std::int64_t batch = first.gshape()[*first.split()];
-  KVMAP_CHECK(batch > 0, ValueError,
-              "kvmap::vmap: the mapped inputs have an empty batch ("
-                  << first << "); output shapes would be unknown");
-  return {lead, batch};
+  return {lead, first.gshape()[*first.split()]};
 }
 
 void describe_options(Signature& sig, const VmapOptions& o, const StreamState& stream) {
@@ -244,6 +243,8 @@ struct ChunkRunner {
   DeviceSpec device;
   std::int64_t global_offset;
   std::uint64_t sample_key;
+  Mapping mapping;
+  const char* who;  // "kvmap::vmap" or "kvmap::map_batches", for messages
 
   // Runs f on samples [start, start + len) and returns each output with its batch moved to
   // its normalized out_dim. Chunk 0 fills `metas` (passed empty); later chunks check
@@ -268,16 +269,27 @@ struct ChunkRunner {
       const bool whole = !split || (start == 0 && len == locals[k].size(*split));
       chunk_inputs.push_back(whole ? locals[k] : locals[k].narrow(*split, start, len));
     }
-    auto lock = torch_compat::vmap_region_lock();
+    // vmap: f sees one sample, through functorch's batching at a new level; map_batches: f
+    // sees the chunk's plain tensors.
+    const bool per_sample = mapping == Mapping::Samples;
+    std::unique_lock<std::recursive_mutex> lock;
+    std::optional<torch_compat::VmapLevel> level;
+    if (per_sample) lock = torch_compat::vmap_region_lock();
     generator.before_chunk();
-    torch_compat::VmapLevel level(len, to_compat(options.randomness()));
-    std::vector<at::Tensor>& batched = chunk_inputs;  // in place
+    if (per_sample) level.emplace(len, to_compat(options.randomness()));
+    // In place: the batch at functorch's level, or moved first (a view) for map_batches.
+    std::vector<at::Tensor>& batched = chunk_inputs;
     for (std::size_t k = 0; k < arrays.size(); ++k) {
       const std::optional<int> split = arrays[k].layout.split();
-      if (split) batched[k] = level.add_batch_dim(chunk_inputs[k], *split);
+      if (!split) continue;
+      if (per_sample) {
+        batched[k] = level->add_batch_dim(chunk_inputs[k], *split);
+      } else if (*split != 0) {
+        batched[k] = chunk_inputs[k].movedim(*split, 0);
+      }
     }
     SampleContext context;
-    context.level = level.level();
+    context.level = per_sample ? level->level() : SampleContext::kPlain;
     context.global_offset = global_offset + start;
     context.batch = len;
     context.key = sample_key;
@@ -289,34 +301,52 @@ struct ChunkRunner {
     }
     const bool first = record != nullptr;
     KVMAP_CHECK(first || results.size() == metas.size(), ValueError,
-                "kvmap::vmap: the function returned " << results.size() << " outputs on samples ["
-                                                      << start << ", " << start + len << ") but "
-                                                      << metas.size() << " on the first chunk");
+                who << ": the function returned " << results.size() << " outputs on samples ["
+                    << start << ", " << start + len << ") but " << metas.size()
+                    << " on the first chunk");
     if (first) record->reserve(results.size());
     for (std::size_t k = 0; k < results.size(); ++k) {
-      KVMAP_CHECK(results[k].defined(), ValueError,
-                  "kvmap::vmap: output " << k << " of the function is an undefined tensor");
-      const std::int64_t ndim = results[k].dim();  // logical: per sample
+      at::Tensor& r = results[k];
+      KVMAP_CHECK(r.defined(), ValueError,
+                  who << ": output " << k << " of the function is an undefined tensor");
+      // The per-sample shape: vmap's outputs are logical (per sample); map_batches' lead with
+      // the chunk's samples.
+      KVMAP_CHECK(per_sample || (r.dim() >= 1 && r.size(0) == len), ValueError,
+                  who << ": output " << k << " of the function has shape " << r.sizes()
+                      << " on samples [" << start << ", " << start + len
+                      << "): its first axis must be the chunk length " << len);
+      const std::int64_t skip = per_sample ? 0 : 1;
+      const std::int64_t ndim = r.dim() - skip;
+      KVMAP_CHECK(ndim < kMaxRank, ValueError,
+                  who << ": output " << k << " has " << ndim << " per-sample axes; at most "
+                      << kMaxRank - 1 << " are supported");
       OutputMeta m;
       std::memset(&m, 0, sizeof m);
       m.ndim = static_cast<std::int32_t>(ndim);
-      m.dtype = static_cast<std::int32_t>(from_torch(results[k].scalar_type()));
+      m.dtype = static_cast<std::int32_t>(from_torch(r.scalar_type()));
       m.out_dim =
           static_cast<std::int32_t>(normalize_out_dim(options.out_dims(), k, results.size(), ndim));
-      for (std::int64_t d = 0; d < ndim; ++d) m.shape[d] = results[k].size(d);
-      const DeviceSpec have = device_spec_of(results[k]);
+      for (std::int64_t d = 0; d < ndim; ++d) m.shape[d] = r.size(d + skip);
+      const DeviceSpec have = device_spec_of(r);
       if (have.kind != device.kind ||
           (device.kind != DeviceKind::CPU && have.index != device.index))
-        check_same_device(results[k], device, "kvmap::vmap: output " + std::to_string(k));
+        check_same_device(r, device, std::string(who) + ": output " + std::to_string(k));
       if (first) {
         record->push_back(m);
       } else {
         KVMAP_CHECK(std::memcmp(&m, &metas[k], sizeof m) == 0, ValueError,
-                    "kvmap::vmap: output " << k << " has " << describe(m) << " on samples ["
-                                           << start << ", " << start + len << ") but "
-                                           << describe(metas[k]) << " on the first chunk");
+                    who << ": output " << k << " has " << describe(m) << " on samples [" << start
+                        << ", " << start + len << ") but " << describe(metas[k])
+                        << " on the first chunk");
       }
-      results[k] = level.remove_batch_dim(results[k], m.out_dim);  // physical from now on
+      // Physical from now on: the batch along out_dim. A DistView holds data, not autograd
+      // history: map_batches' outputs (computed with grad mode on, say) are detached.
+      if (per_sample) {
+        r = level->remove_batch_dim(r, m.out_dim);
+      } else {
+        r = r.detach();
+        if (m.out_dim != 0) r = r.movedim(0, m.out_dim);
+      }
     }
     return results;
   }
@@ -332,8 +362,9 @@ bool needs_materializing(const at::Tensor& t) {
 LocalRun run_local(const VmapOptions& options, std::int64_t n_local, const ChunkRunner& runner,
                    Allocate allocate, const std::vector<MemorySpan>& tensor_spans) {
   LocalRun out;
+  // An empty batch (every rank empty): f runs once, on 0 samples.
   const std::int64_t cs = std::min(options.chunk_size().value_or(n_local), n_local);
-  const std::int64_t nchunks = (n_local + cs - 1) / cs;
+  const std::int64_t nchunks = n_local == 0 ? 1 : (n_local + cs - 1) / cs;
   out.chunks = nchunks;
 
   // Chunk 0 alone fixes the outputs' shapes and dtypes.
@@ -408,15 +439,17 @@ LocalRun run_local(const VmapOptions& options, std::int64_t n_local, const Chunk
   // caller's torch thread-local state (grad mode, inference mode, dispatch keys, functorch
   // layers). They stay on the calling thread, in order, where that is not possible: Same-mode
   // randomness restores one generator state per chunk, LibTorch 1.13's functorch bookkeeping
-  // is not thread-safe, a host space with one thread gives no second chunk in flight, and on
+  // is not thread-safe (map_batches, which uses none, runs chunks at once there too), a host
+  // space with one thread gives no second chunk in flight, and on
   // a GPU every chunk's torch work goes to the one Kokkos stream the calling thread set
   // (torch_stream.hpp; the device runs each chunk's kernels in parallel).
   using Host = Kokkos::DefaultHostExecutionSpace;
-  const int in_flight = options.randomness() == Randomness::Same ||
-                                !torch_compat::concurrent_vmap_supported() ||
-                                runner.device.kind != DeviceKind::CPU
-                            ? 1
-                            : std::min(options.concurrency(), Host().concurrency());
+  const int in_flight =
+      options.randomness() == Randomness::Same ||
+              (runner.mapping == Mapping::Samples && !torch_compat::concurrent_vmap_supported()) ||
+              runner.device.kind != DeviceKind::CPU
+          ? 1
+          : std::min(options.concurrency(), Host().concurrency());
   if (in_flight <= 1) {
     // Plain loop: the user function may call Kokkos itself (a dispatch or fence inside a
     // Kokkos policy would wait on that policy's own lock).
@@ -452,7 +485,7 @@ LocalRun run_local(const VmapOptions& options, std::int64_t n_local, const Chunk
 // returned (the failure path: per-rank fingerprints, then two ranks' metadata), and throws
 // the same ValueError.
 [[noreturn]] void raise_different_outputs(const Comm& comm, bool ran,
-                                          const std::vector<OutputMeta>& mine) {
+                                          const std::vector<OutputMeta>& mine, const char* who) {
   struct Record {
     std::uint64_t ran;
     std::uint64_t outputs;
@@ -477,7 +510,7 @@ LocalRun run_local(const VmapOptions& options, std::int64_t n_local, const Chunk
   };
   const std::vector<OutputMeta> a = metas_of(ref), b = metas_of(other);
   std::ostringstream os;
-  os << "kvmap::vmap: the function's outputs differ between ranks: rank " << ref << " returned "
+  os << who << ": the function's outputs differ between ranks: rank " << ref << " returned "
      << a.size() << " output(s)";
   for (const auto& m : a) os << " [" << describe(m) << "]";
   os << ", rank " << other << " returned " << b.size();
@@ -488,13 +521,15 @@ LocalRun run_local(const VmapOptions& options, std::int64_t n_local, const Chunk
 // The outputs' metadata on every rank, after an agreement in which every rank succeeded: a
 // rank that ran f has its own (checked equal to every other's by the fingerprints); the
 // others decode it from the agreement, or receive it from the first rank with samples when it
-// did not fit there.
+// did not fit there. With an empty batch every rank ran f.
 std::vector<OutputMeta> agreed_outputs(const Comm& comm, const VmapAgreement& agreed,
                                        const Layout& lead, bool ran,
                                        const std::vector<OutputMeta>& mine) {
+  const bool everyone_ran =
+      lead.gshape()[*lead.split()] == 0 || lead.ranks_with_rows() == comm.size();
   if (ran) {
     // A rank with samples still joins the broadcast that ranks without need.
-    if (lead.ranks_with_rows() < comm.size() && !decode(agreed)) {
+    if (!everyone_ran && !decode(agreed)) {
       std::vector<OutputMeta> copy = mine;
       comm.bcast_bytes(copy.data(), copy.size() * sizeof(OutputMeta), lead.owner(0));
     }
@@ -519,11 +554,26 @@ using CoreResult = std::vector<CoreOutput>;
 struct Plan {
   int lead = 0;  // the first mapped array
   std::int64_t batch = 0;
+  // Whether f runs on `rank`: where it holds samples, and everywhere for an empty batch.
+  bool runs_f(const Layout& lead_layout, int rank) const {
+    return batch == 0 || lead_layout.count(rank) > 0;
+  }
 };
 
+const char* name_of(Mapping mapping) {
+  return mapping == Mapping::Samples ? "kvmap::vmap" : "kvmap::map_batches";
+}
+
 Plan plan_call(Signature& sig, const std::vector<ArrayArg>& arrays, DeviceSpec device,
-               const VmapOptions& options, const StreamState& stream) {
+               const VmapOptions& options, Mapping mapping, const StreamState& stream) {
   Region region("kvmap::vmap/validate");
+  // In map_batches f is an ordinary batched call: torch's random functions draw from torch's
+  // generator as anywhere else, and nothing (no functorch) could intercept them.
+  KVMAP_CHECK(mapping == Mapping::Samples || options.randomness() == Randomness::Error, ValueError,
+              "kvmap::map_batches: randomness=" << name(options.randomness())
+                                                << " applies to kvmap::vmap only; inside "
+                                                   "map_batches use kvmap::sample_uniform/"
+                                                   "sample_normal for per-sample random values");
   describe_options(sig, options, stream);
   if (options.randomness() == Randomness::Same) {
     sig.arg("generator_state_bytes", GeneratorScope::state_bytes(device));
@@ -533,7 +583,7 @@ Plan plan_call(Signature& sig, const std::vector<ArrayArg>& arrays, DeviceSpec d
     sig.arg("array", arrays[k].layout).arg("dtype", arrays[k].dtype);
     sig.arg("array_comm", arrays[k].comm_id);
   }
-  std::tie(p.lead, p.batch) = validate_arrays(arrays);
+  std::tie(p.lead, p.batch) = validate_arrays(arrays, name_of(mapping));
   return p;
 }
 
@@ -548,8 +598,9 @@ struct LocalOutputs {
 // mode starts every chunk from.
 LocalOutputs run_here(const Plan& plan, const std::vector<ArrayArg>& arrays,
                       const std::vector<MemorySpan>& tensor_spans, const Comm& comm,
-                      DeviceSpec device, const VmapOptions& options, const StreamState& stream,
-                      const ArgsCall& call, Allocate allocate, const at::Tensor& start) {
+                      DeviceSpec device, const VmapOptions& options, Mapping mapping,
+                      const StreamState& stream, const ArgsCall& call, Allocate allocate,
+                      const at::Tensor& start) {
   LocalOutputs out;
   const Layout& lead = arrays[plan.lead].layout;
   const int me = comm.rank();
@@ -557,17 +608,17 @@ LocalOutputs run_here(const Plan& plan, const std::vector<ArrayArg>& arrays,
   if (kokkos_fence_needed(device)) Kokkos::fence();  // Kokkos' writes before torch reads them
   TorchStreamScope torch_on_kokkos(device);
   GeneratorScope generator(options.randomness(), comm, device, start);
-  if (n_local > 0) {
+  if (plan.runs_f(lead, me)) {
     std::vector<at::Tensor> locals;
     locals.reserve(arrays.size());
     for (const ArrayArg& a : arrays) locals.push_back(tensor_from_block(a.block, a.dtype, device));
-    ChunkRunner runner{arrays,    locals, options,         call,
-                       generator, device, lead.offset(me), stream.key()};
+    ChunkRunner runner{arrays, locals,          options,      call,    generator,
+                       device, lead.offset(me), stream.key(), mapping, name_of(mapping)};
     out.run = run_local(options, n_local, runner, allocate, tensor_spans);
     count_chunks(static_cast<std::uint64_t>(out.run.chunks));
     KVMAP_CHECK(out.run.metas.size() < 0xffff, ValueError,
-                "kvmap::vmap: the function returned " << out.run.metas.size()
-                                                      << " outputs; at most 65534 are supported");
+                name_of(mapping) << ": the function returned " << out.run.metas.size()
+                                 << " outputs; at most 65534 are supported");
     // Everything assembly needs from the outputs, checked before the result agreement.
     out.blocks.reserve(out.run.outputs.size());
     for (const at::Tensor& t : out.run.outputs) out.blocks.push_back(block_from_tensor(t));
@@ -586,9 +637,8 @@ Layout output_layout(const Layout& lead, const OutputMeta& m) {
 
 // After the agreement; cannot fail (zero-byte blocks on ranks without samples).
 CoreResult assemble(LocalOutputs& here, const std::vector<OutputMeta>& metas, const Layout& lead,
-                    int me, Allocate allocate) {
+                    bool ran, int me, Allocate allocate) {
   Region region("kvmap::vmap/assemble");
-  const bool ran = lead.count(me) > 0;
   CoreResult result;
   result.reserve(metas.size());
   for (std::size_t k = 0; k < metas.size(); ++k) {
@@ -609,8 +659,8 @@ CoreResult assemble(LocalOutputs& here, const std::vector<OutputMeta>& metas, co
 // from it (its first results are dropped).
 CoreResult run_core(const std::vector<ArrayArg>& arrays,
                     const std::vector<MemorySpan>& tensor_spans, const Comm& comm,
-                    DeviceSpec device, const VmapOptions& options, const ArgsCall& call,
-                    Allocate allocate) {
+                    DeviceSpec device, const VmapOptions& options, Mapping mapping,
+                    const ArgsCall& call, Allocate allocate) {
   Region whole("kvmap::vmap");
   count_vmap_call();
   const int me = comm.rank();
@@ -619,14 +669,14 @@ CoreResult run_core(const std::vector<ArrayArg>& arrays,
   const bool same = options.randomness() == Randomness::Same;
   at::Tensor start = same ? GeneratorScope::current_state(device) : at::Tensor();
   for (int attempt = 0;; ++attempt) {
-    Collective<VmapAgreement> once("vmap", comm);
+    Collective<VmapAgreement> once(mapping == Mapping::Samples ? "vmap" : "map_batches", comm);
     LocalOutputs here;
     std::optional<Plan> plan = once.plan([&](Signature& sig, VmapAgreement& payload) {
       if (same) payload.state.set(GeneratorScope::fingerprint(start));
-      Plan p = plan_call(sig, arrays, device, options, stream);
-      here =
-          run_here(p, arrays, tensor_spans, comm, device, options, stream, call, allocate, start);
-      if (arrays[p.lead].layout.count(me) > 0) {
+      Plan p = plan_call(sig, arrays, device, options, mapping, stream);
+      here = run_here(p, arrays, tensor_spans, comm, device, options, mapping, stream, call,
+                      allocate, start);
+      if (p.runs_f(arrays[p.lead].layout, me)) {
         payload.outputs.set(fingerprint(here.run.metas));
         encode(here.run.metas, payload);
       }
@@ -648,12 +698,13 @@ CoreResult run_core(const std::vector<ArrayArg>& arrays,
       once.judge();
     }
     const Layout& lead = arrays[plan->lead].layout;
-    const bool ran = lead.count(me) > 0;
+    const bool ran = plan->runs_f(lead, me);
     // Outputs that differ between ranks are seen alike by every rank: all throw.
-    if (!agreed.outputs.same()) raise_different_outputs(comm, ran, here.run.metas);
+    if (!agreed.outputs.same())
+      raise_different_outputs(comm, ran, here.run.metas, name_of(mapping));
     return once.execute([&] {
       const std::vector<OutputMeta> metas = agreed_outputs(comm, agreed, lead, ran, here.run.metas);
-      return assemble(here, metas, lead, me, allocate);
+      return assemble(here, metas, lead, ran, me, allocate);
     });
   }
 }
@@ -663,7 +714,8 @@ CoreResult run_core(const std::vector<ArrayArg>& arrays,
 template <class M>
 std::vector<DistView<M>> vmap_core(const DistView<M>* const* arrays, std::size_t count,
                                    const std::vector<at::Tensor>& tensors,
-                                   const VmapOptions& options, const ArgsCall& call) {
+                                   const VmapOptions& options, Mapping mapping,
+                                   const ArgsCall& call) {
   const Comm comm = count == 0 ? Comm::world() : arrays[0]->comm();
   std::vector<ArrayArg> args;
   args.reserve(count);
@@ -676,8 +728,8 @@ std::vector<DistView<M>> vmap_core(const DistView<M>* const* arrays, std::size_t
   for (const at::Tensor& t : tensors) {
     if (t.defined()) tensor_spans.push_back(span_of(t));
   }
-  CoreResult result =
-      run_core(args, tensor_spans, comm, device_of<M>(), options, call, &allocate_block<M>);
+  CoreResult result = run_core(args, tensor_spans, comm, device_of<M>(), options, mapping, call,
+                               &allocate_block<M>);
   std::vector<DistView<M>> outputs;
   outputs.reserve(result.size());
   for (CoreOutput& out : result) {
@@ -691,7 +743,7 @@ std::vector<DistView<M>> vmap_core(const DistView<M>* const* arrays, std::size_t
 #define KVMAP_INSTANTIATE_VMAP_CORE(Space)                                        \
   template std::vector<DistView<Space>> vmap_core<Space>(                         \
       const DistView<Space>* const*, std::size_t, const std::vector<at::Tensor>&, \
-      const VmapOptions&, const ArgsCall&);
+      const VmapOptions&, Mapping, const ArgsCall&);
 // NOLINTEND(bugprone-macro-parentheses)
 KVMAP_FOR_EACH_MEMORY_SPACE(KVMAP_INSTANTIATE_VMAP_CORE)
 

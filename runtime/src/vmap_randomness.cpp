@@ -48,8 +48,9 @@ enum class SampleKind { Uniform, Normal };
 
 at::Tensor sample(at::IntArrayRef shape, at::ScalarType dtype, SampleKind kind, const char* what) {
   SampleContext* ctx = t_context;
-  KVMAP_CHECK(ctx != nullptr, Error,
-              "kvmap::" << what << ": called outside a function run by kvmap::vmap");
+  KVMAP_CHECK(
+      ctx != nullptr, Error,
+      "kvmap::" << what << ": called outside a function run by kvmap::vmap or kvmap::map_batches");
   KVMAP_CHECK(
       dtype == at::kFloat || dtype == at::kDouble, TypeError,
       "kvmap::" << what << ": dtype must be float32 or float64, got " << c10::toString(dtype));
@@ -77,6 +78,7 @@ at::Tensor sample(at::IntArrayRef shape, at::ScalarType dtype, SampleKind kind, 
   if (dtype == at::kFloat && kind == SampleKind::Uniform) {
     typed.clamp_max_(std::nextafter(1.0f, 0.0f));  // float rounding must not reach 1
   }
+  if (ctx->level == SampleContext::kPlain) return typed;
   return torch_compat::make_batched(typed, ctx->level);
 }
 }  // namespace

@@ -3,6 +3,7 @@
 Heat-compatible spelling: ``kvmap.array``, ``kvmap.zeros/ones/arange``,
 ``kvmap.random.rand/randn``, ``DistView.larray/gshape/lshape/split/...`` and
 ``kvmap.vmap(func, out_dims=0, randomness="error", *, chunk_size=None)``;
+``kvmap.map_batches(func, out_dims=0, *, chunk_size=None)`` for batch-aware functions;
 ``kvmap.from_heat(x)`` and ``DistView.to_heat()`` share memory with Heat's DNDarrays.
 """
 import atexit as _atexit
@@ -28,7 +29,7 @@ def _finalize():
 
 
 __all__ = ["DistView", "Error", "RemoteError", "array", "zeros", "ones", "full", "arange",
-           "vmap", "random", "from_heat", "manual_seed", "dot", "nrm2", "stats", "reset_stats",
+           "vmap", "map_batches", "random", "from_heat", "manual_seed", "dot", "nrm2", "stats", "reset_stats",
            "version", "build_info"]
 __version__ = version()
 
@@ -241,4 +242,4 @@ def _to_heat(self, comm=None):
 DistView.to_heat = _to_heat
 
 from . import random  # noqa: E402
-from ._vmap import vmap  # noqa: E402
+from ._vmap import map_batches, vmap  # noqa: E402

@@ -115,20 +115,22 @@ kvmap::Randomness to_randomness(const std::string& r) {
                         "'");
 }
 
-// The Python front-end of kvmap's one vmap core: it converts the arguments, f and f's
-// results; slot mapping, agreement, chunks and assembly are the core's.
+// The Python front-end of kvmap's one vmap core (kvmap.vmap and kvmap.map_batches): it
+// converts the arguments, f and f's results; slot mapping, agreement, chunks and assembly
+// are the core's.
 py::tuple run_vmap(const py::function& func, const kvmap::VmapOptions& options,
-                   const py::args& args, const py::kwargs& kwargs) {
+                   kvmap::Impl::Mapping mapping, const py::args& args, const py::kwargs& kwargs) {
+  const std::string who =
+      mapping == kvmap::Impl::Mapping::Samples ? "kvmap.vmap" : "kvmap.map_batches";
   // Copies of the DistViews: their memory stays alive for the whole call, even when Python
   // code on another thread rebinds or rebalances the arguments while the GIL is released.
   std::vector<View> arrays;
   std::vector<at::Tensor> tensors;  // keyword tensors: passed whole, never shared by outputs
   for (std::size_t i = 0; i < args.size(); ++i) {
     if (!py::isinstance<PyDistView>(args[i])) {
-      throw py::type_error("kvmap.vmap: positional argument " + std::to_string(i) +
-                           " must be a kvmap.DistView, got " +
-                           std::string(py::str(py::type::of(args[i]))) +
-                           " (pass other arguments as keywords)");
+      throw py::type_error(
+          who + ": positional argument " + std::to_string(i) + " must be a kvmap.DistView, got " +
+          std::string(py::str(py::type::of(args[i]))) + " (pass other arguments as keywords)");
     }
     arrays.push_back(*args[i].cast<PyDistView&>().view);
   }
@@ -147,15 +149,15 @@ py::tuple run_vmap(const py::function& func, const kvmap::VmapOptions& options,
       } else if (py::isinstance<py::tuple>(out) || py::isinstance<py::list>(out)) {
         for (auto o : out) {
           if (!THPVariable_Check(o.ptr())) {
-            throw py::type_error("kvmap.vmap: the function must return tensors, got a " +
+            throw py::type_error(who + ": the function must return tensors, got a " +
                                  std::string(py::str(py::type::of(o))) + " in its result");
           }
           outs.push_back(o.cast<at::Tensor>());
         }
       } else {
-        throw py::type_error(
-            "kvmap.vmap: the function must return a tensor or a tuple of tensors, got " +
-            std::string(py::str(py::type::of(out))));
+        throw py::type_error(who +
+                             ": the function must return a tensor or a tuple of tensors, got " +
+                             std::string(py::str(py::type::of(out))));
       }
       return outs;
     } catch (py::error_already_set& e) {
@@ -179,8 +181,8 @@ py::tuple run_vmap(const py::function& func, const kvmap::VmapOptions& options,
       std::vector<const View*> pointers;
       pointers.reserve(arrays.size());
       for (const View& a : arrays) pointers.push_back(&a);
-      outputs = kvmap::Impl::vmap_core<Kokkos::HostSpace>(pointers.data(), pointers.size(), tensors,
-                                                          options, kvmap::Impl::ArgsCall(call));
+      outputs = kvmap::Impl::vmap_core<Kokkos::HostSpace>(
+          pointers.data(), pointers.size(), tensors, options, mapping, kvmap::Impl::ArgsCall(call));
     } catch (...) {
       failure = std::current_exception();
     }
@@ -380,12 +382,14 @@ PYBIND11_MODULE(_kvmap, m) {
     return kvmap::linalg::nrm2(*x.view);
   });
   m.def("_vmap_call", [](const py::function& func, const std::vector<std::int64_t>& out_dims,
-                         const std::string& randomness, const py::object& chunk_size,
+                         const std::string& randomness, const py::object& chunk_size, bool batches,
                          const py::args& args, const py::kwargs& kwargs) {
     kvmap::VmapOptions options;
     options.out_dims(out_dims).randomness(to_randomness(randomness));
     if (!chunk_size.is_none()) options.chunk_size(chunk_size.cast<std::int64_t>());
-    return run_vmap(func, options, args, kwargs);
+    return run_vmap(func, options,
+                    batches ? kvmap::Impl::Mapping::Batches : kvmap::Impl::Mapping::Samples, args,
+                    kwargs);
   });
   m.def("_stats", [] {
     const auto s = kvmap::stats();

@@ -1,7 +1,9 @@
 #pragma once
 // kvmap::vmap: a function written for one sample, vectorized with functorch over the split
 // axis of DistViews on every rank, on zero-copy views of the local shards, chunked by a
-// Kokkos policy over the batch.
+// Kokkos policy over the batch. kvmap::map_batches: the same scheduler for a function that
+// is already batch-aware (an AOTInductor or TorchScript model written for batches): it
+// receives each chunk as plain tensors, batch axis first.
 #include <ATen/core/Tensor.h>
 
 #include <array>
@@ -27,6 +29,8 @@ class VmapOptions {
  public:
   // One per output; a single value applies to all outputs. Negative dims count from the end.
   VmapOptions& out_dims(std::vector<std::int64_t> dims);
+  // How torch's own random functions behave inside f under vmap (as torch.vmap's
+  // randomness). map_batches accepts only the default: there f is an ordinary batched call.
   VmapOptions& randomness(Randomness r);
   // Samples per chunk, per process (>= 1); std::nullopt: the whole local batch at once.
   VmapOptions& chunk_size(std::optional<std::int64_t> c);
@@ -49,11 +53,17 @@ class VmapOptions {
 
 // Inside a function run by kvmap::vmap: per-sample random tensors of `shape` whose values
 // depend only on (kvmap seed, global sample index, call order) — the same for any number
-// of ranks and any chunk size. Error outside kvmap::vmap.
+// of ranks and any chunk size. Inside kvmap::map_batches: the chunk's samples' values, as a
+// plain tensor [chunk length, *shape] (the same values as vmap gives each sample). Error
+// outside both.
 at::Tensor sample_uniform(at::IntArrayRef shape, at::ScalarType dtype = at::kFloat);
 at::Tensor sample_normal(at::IntArrayRef shape, at::ScalarType dtype = at::kFloat);
 
 namespace Impl {
+
+// How the core calls f: once per chunk under functorch's vmap, f written for one sample
+// (kvmap::vmap), or once per chunk on the plain batched tensors (kvmap::map_batches).
+enum class Mapping { Samples, Batches };
 
 // Calls the user function with one tensor per DistView argument, in argument order: the
 // batched chunk of a mapped (split) one, the whole local shard of a replicated one. A
@@ -77,7 +87,8 @@ class ArgsCall {
 };
 
 // The one vmap core, compiled once per memory space, called by the C++ and Python
-// front-ends: slot mapping, communicator, agreement, chunks, no-aliasing rule, assembly.
+// front-ends of vmap and map_batches: slot mapping, communicator, agreement, chunks,
+// no-aliasing rule, assembly.
 // `arrays`: the `count` DistView arguments, which must stay as they are until the call
 // returns (the C++ front-end points at the caller's arguments; the Python one at its own
 // copies); `tensors`: the tensor arguments passed whole, which outputs must not share either.
@@ -85,12 +96,13 @@ class ArgsCall {
 template <class M>
 std::vector<DistView<M>> vmap_core(const DistView<M>* const* arrays, std::size_t count,
                                    const std::vector<at::Tensor>& tensors,
-                                   const VmapOptions& options, const ArgsCall& call);
+                                   const VmapOptions& options, Mapping mapping,
+                                   const ArgsCall& call);
 // NOLINTBEGIN(bugprone-macro-parentheses): Space is a type
 #define KVMAP_EXTERN_VMAP_CORE(Space)                                             \
   extern template std::vector<DistView<Space>> vmap_core<Space>(                  \
       const DistView<Space>* const*, std::size_t, const std::vector<at::Tensor>&, \
-      const VmapOptions&, const ArgsCall&);
+      const VmapOptions&, Mapping, const ArgsCall&);
 // NOLINTEND(bugprone-macro-parentheses)
 KVMAP_FOR_EACH_MEMORY_SPACE(KVMAP_EXTERN_VMAP_CORE)
 #undef KVMAP_EXTERN_VMAP_CORE
@@ -168,7 +180,8 @@ struct output_traits<std::tuple<Ts...>> {
 template <class F>
 class Vmapped {
  public:
-  Vmapped(F f, VmapOptions options) : f_(std::move(f)), options_(std::move(options)) {}
+  Vmapped(F f, VmapOptions options, Impl::Mapping mapping = Impl::Mapping::Samples)
+      : f_(std::move(f)), options_(std::move(options)), mapping_(mapping) {}
 
   template <class... Args>
   auto operator()(Args&&... args) const {
@@ -203,8 +216,8 @@ class Vmapped {
     auto call = [&](const std::vector<at::Tensor>& per_array) {
       return call_with(args_ref, slot, per_array, std::index_sequence_for<Args...>{});
     };
-    return Traits::template from_list<M>(
-        Impl::vmap_core<M>(arrays.data(), narrays, tensors, options_, Impl::ArgsCall(call)));
+    return Traits::template from_list<M>(Impl::vmap_core<M>(
+        arrays.data(), narrays, tensors, options_, mapping_, Impl::ArgsCall(call)));
   }
 
   const VmapOptions& options() const { return options_; }
@@ -232,12 +245,21 @@ class Vmapped {
 
   F f_;
   VmapOptions options_;
+  Impl::Mapping mapping_;
 };
 
 // vmap(f, options)(args...): see the README and API.md.
 template <class F>
 Vmapped<F> vmap(F f, VmapOptions options = {}) {
   return Vmapped<F>(std::move(f), std::move(options));
+}
+
+// map_batches(f, options)(args...): as vmap, but f receives each chunk's tensors with the
+// batch axis first as plain tensors (no functorch) and returns tensors whose first axis is
+// the chunk length; each output's batch axis then moves to its out_dim. See the README.
+template <class F>
+Vmapped<F> map_batches(F f, VmapOptions options = {}) {
+  return Vmapped<F>(std::move(f), std::move(options), Impl::Mapping::Batches);
 }
 
 }  // namespace kvmap

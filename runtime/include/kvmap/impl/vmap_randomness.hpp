@@ -14,11 +14,12 @@ namespace kvmap::Impl {
 // What sample_* need while the user function runs on one chunk (thread-local, set by the
 // scheduler only; never visible to users).
 struct SampleContext {
-  std::int64_t level = 0;          // functorch vmap level of the chunk
-  std::int64_t global_offset = 0;  // global index of the chunk's first sample
-  std::int64_t batch = 0;          // samples in the chunk
-  std::uint64_t key = 0;           // stream key of this vmap call
-  std::int64_t calls = 0;          // sample_* calls so far in this invocation of f
+  static constexpr std::int64_t kPlain = -1;  // map_batches: plain [chunk, *shape] tensors
+  std::int64_t level = 0;                     // functorch vmap level of the chunk, or kPlain
+  std::int64_t global_offset = 0;             // global index of the chunk's first sample
+  std::int64_t batch = 0;                     // samples in the chunk
+  std::uint64_t key = 0;                      // stream key of this vmap call
+  std::int64_t calls = 0;                     // sample_* calls so far in this invocation of f
   DeviceSpec device;
 };
 
