@@ -69,7 +69,8 @@ TEST_CASE("map_batches: the direct batched call on the gathered data, any chunki
       for (std::optional<int64_t> cs : chunk_sizes())
         for (int conc : {1, 2})
           for (const std::vector<int64_t>& dims :
-               {std::vector<int64_t>{0}, std::vector<int64_t>{1, 0}, std::vector<int64_t>{-1, -1}}) {
+               {std::vector<int64_t>{0}, std::vector<int64_t>{1, 0},
+                std::vector<int64_t>{-1, -1}}) {
             INFO(l << " chunk " << (cs ? *cs : -1) << " concurrency " << conc << " out_dims[0] "
                    << dims[0]);
             auto [y0, y1] = kvmap::map_batches(
@@ -117,9 +118,8 @@ TEST_CASE("map_batches: zero copy unchunked, no output shares memory with an inp
   CHECK(kvmap::stats().bytes_copied == 0);
   CHECK(at::equal(doubled.local(), x.local() * 2));
   for (std::optional<int64_t> cs : {std::optional<int64_t>(), std::optional<int64_t>(3)}) {
-    auto [a, b] = kvmap::map_batches(
-        [](const at::Tensor& v) { return std::make_tuple(v, v); },
-        VmapOptions().chunk_size(cs))(x);
+    auto [a, b] = kvmap::map_batches([](const at::Tensor& v) { return std::make_tuple(v, v); },
+                                     VmapOptions().chunk_size(cs))(x);
     CHECK(a.local().data_ptr() != x.local().data_ptr());
     CHECK(b.local().data_ptr() != a.local().data_ptr());
     CHECK(at::equal(a.allgather(), x.allgather()));
@@ -141,9 +141,7 @@ TEST_CASE("map_batches: sample_uniform / sample_normal give vmap's per-sample va
     CHECK(g.sizes() == at::IntArrayRef{b.size(0), 2, 2});
     return std::make_tuple(b + u, g);
   };
-  auto x_of = [&](const kvmap::Comm& comm) {
-    return View::zeros({n, 3}, DType::Float32, 0, comm);
-  };
+  auto x_of = [&](const kvmap::Comm& comm) { return View::zeros({n, 3}, DType::Float32, 0, comm); };
   kvmap::manual_seed(77, world());
   auto [ru, rg] = kvmap::vmap(per_sample)(x_of(world()));
   const at::Tensor ref_u = ru.allgather(), ref_g = rg.allgather();
@@ -206,9 +204,8 @@ TEST_CASE("map_batches: errors on every rank") {
     for (std::optional<int64_t> cs : {std::optional<int64_t>(), std::optional<int64_t>(1)}) {
       expect_collective_error<kvmap::ValueError>(
           [&] {
-            kvmap::map_batches(
-                [&](const at::Tensor& b) { return me == odd ? b.sum(0) : b * 2; },
-                VmapOptions().chunk_size(cs))(x);
+            kvmap::map_batches([&](const at::Tensor& b) { return me == odd ? b.sum(0) : b * 2; },
+                               VmapOptions().chunk_size(cs))(x);
           },
           {odd}, "its first axis must be the chunk length");
     }
@@ -281,9 +278,7 @@ TEST_CASE("empty batches: f runs once on 0 samples, as torch.vmap, and the resul
     }
     // A function that cannot run on an empty batch: its error, agreed (every rank ran f).
     expect_collective_error<c10::Error>(
-        [&] {
-          kvmap::map_batches([](const at::Tensor& b) { return std::get<0>(b.max(0)); })(x);
-        },
+        [&] { kvmap::map_batches([](const at::Tensor& b) { return std::get<0>(b.max(0)); })(x); },
         all_ranks(), "max");
   }
 }

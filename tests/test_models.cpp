@@ -1,0 +1,207 @@
+// Trained models as the mapped function: TorchScript modules built in C++ (both LibTorch
+// generations), a module saved by Python and loaded with torch::jit::load, and an
+// AOTInductor package through map_batches. References: the model's formula in ATen on the
+// gathered data, and the eager model's output saved by the exporting Python
+// (tests/models/export_models.py, run by ctest before this test where a Python torch exists;
+// its directory arrives in KVMAP_TEST_MODELS_DIR).
+#include "support/kvmap_test.hpp"
+
+#include <torch/jit.h>
+#include <torch/script.h>
+#include <torch/version.h>
+
+#include <cstdlib>
+#include <fstream>
+
+#if __has_include(<torch/csrc/inductor/aoti_package/model_package_loader.h>)
+#include <torch/csrc/inductor/aoti_package/model_package_loader.h>
+#define KVMAP_TEST_HAVE_AOTI 1
+#endif
+
+using namespace kvmap_test;
+using kvmap::VmapOptions;
+
+namespace {
+
+bool close(const at::Tensor& a, const at::Tensor& b, double tol = 1e-5) {
+  return a.sizes() == b.sizes() && a.scalar_type() == b.scalar_type() &&
+         at::allclose(a.to(at::kDouble), b.to(at::kDouble), tol, tol);
+}
+
+std::vector<std::optional<int64_t>> chunk_sizes() {
+  return {std::nullopt, std::optional<int64_t>(1), std::optional<int64_t>(4),
+          std::optional<int64_t>(7)};
+}
+
+// Chunks in flight: several where this LibTorch runs them at once (>= 2.0).
+std::vector<int> concurrencies() {
+  return TORCH_VERSION_MAJOR >= 2 ? std::vector<int>{1, 2} : std::vector<int>{1};
+}
+
+// The directory of the Python-exported models, or empty (with the reason printed once).
+std::string models_dir() {
+  const char* dir = std::getenv("KVMAP_TEST_MODELS_DIR");
+  if (dir == nullptr || *dir == '\0') {
+    MESSAGE("skipped: KVMAP_TEST_MODELS_DIR is not set (no Python torch in this configuration "
+            "to save the models; the torch2 configuration runs these)");
+    return {};
+  }
+  return dir;
+}
+
+[[maybe_unused]] bool exists(const std::string& path) {
+  return std::ifstream(path).good();
+}
+
+// A per-particle MLP potential in float32, its weights random but fixed.
+struct Weights {
+  at::Tensor w1, b1, w2, b2;
+  Weights() {
+    at::Generator g = at::detail::createCPUGenerator(7);
+    auto f32 = at::TensorOptions().dtype(at::kFloat);
+    w1 = at::randn({3, 16}, g, f32);
+    b1 = at::randn({16}, g, f32);
+    w2 = at::randn({16}, g, f32);
+    b2 = at::randn({}, g, f32);
+  }
+  // The reference: the formula in ATen, float32 as the model.
+  at::Tensor energy(const at::Tensor& x) const {
+    return (at::tanh(at::matmul(x.to(at::kFloat), w1) + b1) * w2).sum(-1) + b2;
+  }
+};
+
+// The same potential as a TorchScript module built in C++ (Module::define).
+torch::jit::Module scripted_potential(const Weights& w) {
+  torch::jit::Module m("Potential");
+  m.register_buffer("w1", w.w1);
+  m.register_buffer("b1", w.b1);
+  m.register_buffer("w2", w.w2);
+  m.register_buffer("b2", w.b2);
+  m.define(R"JIT(
+def forward(self, x):
+    return (torch.tanh(torch.matmul(x, self.w1) + self.b1) * self.w2).sum(-1) + self.b2
+)JIT");
+  return m;
+}
+
+at::Tensor positions(int64_t n, std::uint64_t seed) {
+  at::Generator g = at::detail::createCPUGenerator(seed);
+  return at::randn({n, 3}, g, at::TensorOptions().dtype(at::kDouble));
+}
+
+}  // namespace
+
+TEST_CASE("a TorchScript module built in C++ through vmap and map_batches, float32 on float64") {
+  const int P = nranks();
+  const Weights w;
+  torch::jit::Module model = scripted_potential(w);
+  const at::Tensor full = positions(5 * P + 3, 31);
+  const at::Tensor expected = w.energy(full);
+  auto x = View::from_global(on_device(full), 0);
+  // The model's parameters on the device the positions live on.
+  model.to(device());
+  auto energy = [&](const at::Tensor& r) {
+    return model.forward({r.to(at::kFloat)}).toTensor();
+  };
+  for (std::optional<int64_t> cs : chunk_sizes())
+    for (int conc : concurrencies()) {
+      INFO("chunk " << (cs ? *cs : -1) << " concurrency " << conc);
+      const auto options = VmapOptions().chunk_size(cs).concurrency(conc);
+      kvmap::DistView<TestMemSpace> per_sample = kvmap::vmap(energy, options)(x);
+      kvmap::DistView<TestMemSpace> batched = kvmap::map_batches(energy, options)(x);
+      CHECK(per_sample.gshape() == kvmap::Shape{full.size(0)});
+      CHECK((per_sample.dtype() == kvmap::DType::Float32));
+      CHECK(close(per_sample.allgather().cpu(), expected));
+      CHECK(close(batched.allgather().cpu(), expected));
+      // And against the module itself, one sample at a time.
+      if (!cs && conc == 1) {
+        const at::Tensor got = per_sample.allgather().cpu();
+        for (int64_t i = 0; i < full.size(0); i += 7) {
+          const at::Tensor one = model.forward({on_device(full[i]).to(at::kFloat)}).toTensor();
+          CHECK(close(got[i], one.cpu()));
+        }
+      }
+    }
+}
+
+TEST_CASE("a TorchScript function compiled in C++ (torch::jit::compile) over two mapped inputs") {
+  const int P = nranks();
+  auto unit = torch::jit::compile(R"JIT(
+def pair_energy(a, b):
+    d = a - b
+    return torch.exp(-(d * d).sum(-1)), torch.sqrt((d * d).sum(-1))
+)JIT");
+  torch::jit::Function& pair_energy = unit->get_function("pair_energy");
+  const at::Tensor a_full = positions(4 * P + 1, 32), b_full = positions(4 * P + 1, 33);
+  auto a = View::from_global(on_device(a_full), 0);
+  auto b = View::from_global(on_device(b_full), 0);
+  auto f = [&](const at::Tensor& x, const at::Tensor& y) {
+    auto out = pair_energy({x, y}).toTuple();
+    return std::make_tuple(out->elements()[0].toTensor(), out->elements()[1].toTensor());
+  };
+  const at::Tensor d = a_full - b_full;
+  for (std::optional<int64_t> cs : chunk_sizes())
+    for (int conc : concurrencies()) {
+      const auto options = VmapOptions().chunk_size(cs).concurrency(conc);
+      auto [e, r] = kvmap::vmap(f, options)(a, b);
+      CHECK(close(e.allgather().cpu(), at::exp(-(d * d).sum(-1)), 1e-12));
+      CHECK(close(r.allgather().cpu(), d.norm(2, -1), 1e-12));
+      auto [be, br] = kvmap::map_batches(f, options)(a, b);
+      CHECK(close(be.allgather().cpu(), at::exp(-(d * d).sum(-1)), 1e-12));
+      CHECK(close(br.allgather().cpu(), d.norm(2, -1), 1e-12));
+    }
+}
+
+TEST_CASE("a module saved by Python (torch.jit.save), loaded with torch::jit::load") {
+  const std::string dir = models_dir();
+  if (dir.empty()) return;
+  torch::jit::Module reference = torch::jit::load(dir + "/reference.pt");
+  const at::Tensor full = reference.attr("positions").toTensor();
+  const at::Tensor eager = reference.attr("energies").toTensor();
+  torch::jit::Module model = torch::jit::load(dir + "/potential.pt", device());
+  model.eval();
+  auto x = View::from_global(on_device(full), 0);
+  auto energy = [&](const at::Tensor& r) {
+    return model.forward({r.to(at::kFloat)}).toTensor();
+  };
+  for (std::optional<int64_t> cs : chunk_sizes())
+    for (int conc : concurrencies()) {
+      INFO("chunk " << (cs ? *cs : -1) << " concurrency " << conc);
+      const auto options = VmapOptions().chunk_size(cs).concurrency(conc);
+      CHECK(close(kvmap::vmap(energy, options)(x).allgather().cpu(), eager));
+      CHECK(close(kvmap::map_batches(energy, options)(x).allgather().cpu(), eager));
+    }
+}
+
+TEST_CASE("an AOTInductor package through map_batches, any chunking, against eager") {
+#if defined(KVMAP_TEST_HAVE_AOTI)
+  const std::string dir = models_dir();
+  if (dir.empty()) return;
+  if (!exists(dir + "/potential.pt2")) {
+    MESSAGE("skipped: the exporting torch wrote no potential.pt2 (see export_models' output)");
+    return;
+  }
+  torch::jit::Module reference = torch::jit::load(dir + "/reference.pt");
+  const at::Tensor full = reference.attr("positions").toTensor();
+  const at::Tensor eager = reference.attr("energies").toTensor();
+  if (device().type() != at::kCPU) {
+    MESSAGE("skipped: potential.pt2 is compiled for the CPU");
+    return;
+  }
+  // Two runners: two chunks may be in flight at once.
+  torch::inductor::AOTIModelPackageLoader loader(dir + "/potential.pt2", "model", false, 2);
+  auto x = View::from_global(full, 0);
+  auto energy = [&](const at::Tensor& r) { return loader.run({r.to(at::kFloat)})[0]; };
+  for (std::optional<int64_t> cs : chunk_sizes())
+    for (int conc : {1, 2}) {
+      INFO("chunk " << (cs ? *cs : -1) << " concurrency " << conc);
+      auto e = kvmap::map_batches(energy, VmapOptions().chunk_size(cs).concurrency(conc))(x);
+      CHECK(e.gshape() == kvmap::Shape{full.size(0)});
+      CHECK(e.layout().counts() == x.layout().counts());
+      CHECK(close(e.allgather(), eager));
+    }
+#else
+  MESSAGE("skipped: LibTorch " TORCH_VERSION " has no AOTInductor (torch::inductor::"
+          "AOTIModelPackageLoader, LibTorch >= 2.6)");
+#endif
+}
