@@ -143,6 +143,8 @@ int Report::evaluate_targets() {
        "", true, 1.5},
       {"projected vmap agreement at 131,072 ranks <= 30 us", "scale", "agreement_projected_us",
        "P=131072 10 GB/s", "", true, 30.0},
+      {"map_batches / direct batched call <= 1.05 at 100,000 samples", "models", "over_direct",
+       " n=100000", "kvmap::map_batches", true, 1.05},
       {"vmap / raw functorch <= 1.02 at 100,000 samples", "overhead", "vmap_over_functorch",
        " n=100000", "", true, 1.02},
       {"chunk_size 4096 within 1.15 of unchunked", "chunks", "time_over_unchunked", "",

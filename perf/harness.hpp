@@ -97,5 +97,6 @@ void scenario_redistribution(Report& report);
 void scenario_native(Report& report);
 void scenario_zero_copy(Report& report);
 void scenario_scale(Report& report);
+void scenario_models(Report& report);
 
 }  // namespace kvmap_perf

@@ -2,11 +2,12 @@
 // generations), a module saved by Python and loaded with torch::jit::load, and an
 // AOTInductor package through map_batches. References: the model's formula in ATen on the
 // gathered data, and the eager model's output saved by the exporting Python
-// (tests/models/export_models.py, run by ctest before this test where a Python torch exists;
-// its directory arrives in KVMAP_TEST_MODELS_DIR).
+// (tests/models/export_models.py, run by ctest before this test with the Python bindings'
+// torch; its directory arrives in KVMAP_TEST_MODELS_DIR).
 #include "support/kvmap_test.hpp"
 
 #include <torch/jit.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/script.h>
 #include <torch/version.h>
 
@@ -42,8 +43,9 @@ std::vector<int> concurrencies() {
 std::string models_dir() {
   const char* dir = std::getenv("KVMAP_TEST_MODELS_DIR");
   if (dir == nullptr || *dir == '\0') {
-    MESSAGE("skipped: KVMAP_TEST_MODELS_DIR is not set (no Python torch in this configuration "
-            "to save the models; the torch2 configuration runs these)");
+    MESSAGE(
+        "skipped: KVMAP_TEST_MODELS_DIR is not set (built without the Python bindings, "
+        "so no Python torch saved the models)");
     return {};
   }
   return dir;
@@ -70,13 +72,17 @@ struct Weights {
   }
 };
 
-// The same potential as a TorchScript module built in C++ (Module::define).
+// The same potential as a TorchScript module built in C++ (Module::define; each call makes a
+// module with its own compilation unit), its weights parameters that require grad, as a
+// trained model's: LibTorch's graph executor then builds autodiff subgraphs from the second
+// call on, which read tensors' data and so cannot run under functorch once built. kvmap::vmap
+// runs TorchScript unoptimized; a module optimized by calls outside vmap is kept for those.
 torch::jit::Module scripted_potential(const Weights& w) {
   torch::jit::Module m("Potential");
-  m.register_buffer("w1", w.w1);
-  m.register_buffer("b1", w.b1);
-  m.register_buffer("w2", w.w2);
-  m.register_buffer("b2", w.b2);
+  m.register_parameter("w1", w.w1.clone().requires_grad_(true), false);
+  m.register_parameter("b1", w.b1.clone().requires_grad_(true), false);
+  m.register_parameter("w2", w.w2.clone().requires_grad_(true), false);
+  m.register_parameter("b2", w.b2.clone().requires_grad_(true), false);
   m.define(R"JIT(
 def forward(self, x):
     return (torch.tanh(torch.matmul(x, self.w1) + self.b1) * self.w2).sum(-1) + self.b2
@@ -94,34 +100,60 @@ at::Tensor positions(int64_t n, std::uint64_t seed) {
 TEST_CASE("a TorchScript module built in C++ through vmap and map_batches, float32 on float64") {
   const int P = nranks();
   const Weights w;
-  torch::jit::Module model = scripted_potential(w);
+  // One module per use: vmap's stays unoptimized, map_batches' and the reference loop's are
+  // optimized by the graph executor as any direct call.
+  torch::jit::Module per_sample_model = scripted_potential(w);
+  torch::jit::Module batched_model = scripted_potential(w);
+  torch::jit::Module reference_model = scripted_potential(w);
   const at::Tensor full = positions(5 * P + 3, 31);
   const at::Tensor expected = w.energy(full);
   auto x = View::from_global(on_device(full), 0);
-  // The model's parameters on the device the positions live on.
-  model.to(device());
-  auto energy = [&](const at::Tensor& r) {
-    return model.forward({r.to(at::kFloat)}).toTensor();
+  // The models' parameters on the device the positions live on.
+  for (torch::jit::Module* m : {&per_sample_model, &batched_model, &reference_model})
+    m->to(device());
+  auto energy_of = [](torch::jit::Module& m) {
+    return [&m](const at::Tensor& r) { return m.forward({r.to(at::kFloat)}).toTensor(); };
   };
+  at::Tensor loop;  // the module on one sample at a time
+  {
+    std::vector<at::Tensor> each;
+    for (int64_t i = 0; i < full.size(0); ++i)
+      each.push_back(reference_model.forward({on_device(full[i]).to(at::kFloat)}).toTensor());
+    loop = at::stack(each).detach().cpu();
+  }
+  CHECK(close(loop, expected));
   for (std::optional<int64_t> cs : chunk_sizes())
     for (int conc : concurrencies()) {
       INFO("chunk " << (cs ? *cs : -1) << " concurrency " << conc);
       const auto options = VmapOptions().chunk_size(cs).concurrency(conc);
-      kvmap::DistView<TestMemSpace> per_sample = kvmap::vmap(energy, options)(x);
-      kvmap::DistView<TestMemSpace> batched = kvmap::map_batches(energy, options)(x);
+      kvmap::DistView<TestMemSpace> per_sample =
+          kvmap::vmap(energy_of(per_sample_model), options)(x);
+      kvmap::DistView<TestMemSpace> batched =
+          kvmap::map_batches(energy_of(batched_model), options)(x);
       CHECK(per_sample.gshape() == kvmap::Shape{full.size(0)});
       CHECK((per_sample.dtype() == kvmap::DType::Float32));
-      CHECK(close(per_sample.allgather().cpu(), expected));
+      CHECK(close(per_sample.allgather().cpu(), loop));
       CHECK(close(batched.allgather().cpu(), expected));
-      // And against the module itself, one sample at a time.
-      if (!cs && conc == 1) {
-        const at::Tensor got = per_sample.allgather().cpu();
-        for (int64_t i = 0; i < full.size(0); i += 7) {
-          const at::Tensor one = model.forward({on_device(full[i]).to(at::kFloat)}).toTensor();
-          CHECK(close(got[i], one.cpu()));
-        }
-      }
     }
+}
+
+TEST_CASE("a TorchScript module called outside vmap too: optimization off from its first call") {
+  // The documented way to share one module between vmap and direct calls (map_batches, a
+  // loop): LibTorch's graph executor optimization off (thread-local) from the first call.
+  const int P = nranks();
+  const Weights w;
+  torch::jit::Module model = scripted_potential(w);
+  model.to(device());
+  const at::Tensor full = positions(3 * P + 1, 34);
+  auto x = View::from_global(on_device(full), 0);
+  auto energy = [&](const at::Tensor& r) { return model.forward({r.to(at::kFloat)}).toTensor(); };
+  torch::jit::GraphOptimizerEnabledGuard unoptimized(false);
+  for (int round = 0; round < 3; ++round) {
+    for (int64_t i = 0; i < full.size(0); ++i) (void)energy(on_device(full[i]));
+    CHECK(close(kvmap::map_batches(energy)(x).allgather().cpu(), w.energy(full)));
+    CHECK(close(kvmap::vmap(energy, VmapOptions().chunk_size(2))(x).allgather().cpu(),
+                w.energy(full)));
+  }
 }
 
 TEST_CASE("a TorchScript function compiled in C++ (torch::jit::compile) over two mapped inputs") {
@@ -158,18 +190,21 @@ TEST_CASE("a module saved by Python (torch.jit.save), loaded with torch::jit::lo
   torch::jit::Module reference = torch::jit::load(dir + "/reference.pt");
   const at::Tensor full = reference.attr("positions").toTensor();
   const at::Tensor eager = reference.attr("energies").toTensor();
-  torch::jit::Module model = torch::jit::load(dir + "/potential.pt", device());
-  model.eval();
+  // Loaded twice: one module for vmap, one for map_batches (see above).
+  torch::jit::Module per_sample_model = torch::jit::load(dir + "/potential.pt", device());
+  torch::jit::Module batched_model = torch::jit::load(dir + "/potential.pt", device());
   auto x = View::from_global(on_device(full), 0);
-  auto energy = [&](const at::Tensor& r) {
-    return model.forward({r.to(at::kFloat)}).toTensor();
+  auto energy_of = [](torch::jit::Module& m) {
+    m.eval();
+    return [&m](const at::Tensor& r) { return m.forward({r.to(at::kFloat)}).toTensor(); };
   };
   for (std::optional<int64_t> cs : chunk_sizes())
     for (int conc : concurrencies()) {
       INFO("chunk " << (cs ? *cs : -1) << " concurrency " << conc);
       const auto options = VmapOptions().chunk_size(cs).concurrency(conc);
-      CHECK(close(kvmap::vmap(energy, options)(x).allgather().cpu(), eager));
-      CHECK(close(kvmap::map_batches(energy, options)(x).allgather().cpu(), eager));
+      CHECK(close(kvmap::vmap(energy_of(per_sample_model), options)(x).allgather().cpu(), eager));
+      CHECK(
+          close(kvmap::map_batches(energy_of(batched_model), options)(x).allgather().cpu(), eager));
     }
 }
 
@@ -201,7 +236,8 @@ TEST_CASE("an AOTInductor package through map_batches, any chunking, against eag
       CHECK(close(e.allgather(), eager));
     }
 #else
-  MESSAGE("skipped: LibTorch " TORCH_VERSION " has no AOTInductor (torch::inductor::"
+  MESSAGE("skipped: LibTorch " TORCH_VERSION
+          " has no AOTInductor (torch::inductor::"
           "AOTIModelPackageLoader, LibTorch >= 2.6)");
 #endif
 }

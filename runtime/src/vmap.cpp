@@ -5,6 +5,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/ThreadLocalState.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
 
 #include <Kokkos_Core.hpp>
 
@@ -297,6 +298,13 @@ struct ChunkRunner {
     std::vector<at::Tensor> results;
     {
       SampleContextGuard guard(&context);
+      // TorchScript under functorch runs unoptimized on this thread (a thread-local switch of
+      // LibTorch's graph executor): an optimized plan of a scripted MLP (its autodiff
+      // subgraphs) reads tensors' `data`, which batched tensors refuse ("accessing `data`
+      // under vmap transform is not allowed": torch.vmap fails so from the second call on).
+      // A plan optimized by calls outside vmap is still used: see the README.
+      std::optional<torch::jit::GraphOptimizerEnabledGuard> script_unoptimized;
+      if (per_sample) script_unoptimized.emplace(false);
       results = call(batched);
     }
     const bool first = record != nullptr;
@@ -340,9 +348,10 @@ struct ChunkRunner {
                         << " on the first chunk");
       }
       // Physical from now on: the batch along out_dim. A DistView holds data, not autograd
-      // history: map_batches' outputs (computed with grad mode on, say) are detached.
+      // history: outputs computed with grad mode on (a model whose parameters require grad)
+      // are detached.
       if (per_sample) {
-        r = level->remove_batch_dim(r, m.out_dim);
+        r = level->remove_batch_dim(r, m.out_dim).detach();
       } else {
         r = r.detach();
         if (m.out_dim != 0) r = r.movedim(0, m.out_dim);
