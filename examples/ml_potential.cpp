@@ -105,10 +105,11 @@ int main(int argc, char** argv) {
     MPI_Allreduce(&worst, &worst_all, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     if (positions.comm().rank() == 0) {
-      std::printf("%s model, %lld particles on %d ranks: total energy %.6f, forces %s "
-                  "(largest relative difference from finite differences %.2e)\n",
-                  path.empty() ? "built-in" : path.c_str(), static_cast<long long>(particles),
-                  positions.comm().size(), total, failed ? "WRONG" : "checked", worst_all);
+      std::printf(
+          "%s model, %lld particles on %d ranks: total energy %.6f, forces %s "
+          "(largest relative difference from finite differences %.2e)\n",
+          path.empty() ? "built-in" : path.c_str(), static_cast<long long>(particles),
+          positions.comm().size(), total, failed ? "WRONG" : "checked", worst_all);
     }
   }
   return failed;
