@@ -5,8 +5,29 @@
 # Sets KVMAP_KOKKOS_DEVICES (e.g. "OPENMP;SERIAL") and KVMAP_KOKKOS_VERSION.
 include_guard(GLOBAL)
 
-find_package(Kokkos 3.4 REQUIRED)
-find_package(KokkosKernels REQUIRED)
+# Kokkos_ROOT / CMAKE_PREFIX_PATH first; then the prefix scripts/install-deps.sh builds.
+if(DEFINED ENV{KVMAP_DEPS_PREFIX})
+  set(_kvmap_deps_cache "$ENV{KVMAP_DEPS_PREFIX}")
+elseif(DEFINED ENV{XDG_CACHE_HOME})
+  set(_kvmap_deps_cache "$ENV{XDG_CACHE_HOME}/kvmap")
+else()
+  set(_kvmap_deps_cache "$ENV{HOME}/.cache/kvmap")
+endif()
+file(GLOB _kvmap_cached_kokkos LIST_DIRECTORIES true "${_kvmap_deps_cache}/kokkos-*")
+set(_kvmap_kokkos_howto
+    "Install Kokkos (>= 3.4) and Kokkos Kernels with the same backends: scripts/install-deps.sh "
+    "builds both into ${_kvmap_deps_cache}/kokkos-3.4.01; spack install kokkos kokkos-kernels; or "
+    "from source. Then name the prefix: Kokkos_ROOT=<prefix> in the environment or "
+    "-DKokkos_ROOT=<prefix> (for pip: Kokkos_ROOT=<prefix> pip install .).")
+find_package(Kokkos 3.4 HINTS ${_kvmap_cached_kokkos})
+if(NOT Kokkos_FOUND)
+  message(FATAL_ERROR "kvmap: Kokkos not found. ${_kvmap_kokkos_howto}")
+endif()
+find_package(KokkosKernels HINTS ${_kvmap_cached_kokkos})
+if(NOT KokkosKernels_FOUND)
+  message(FATAL_ERROR "kvmap: Kokkos ${Kokkos_VERSION} found in ${Kokkos_DIR}, but not Kokkos Kernels. "
+                      "${_kvmap_kokkos_howto}")
+endif()
 
 # Debian: headers live in Kokkos_INCLUDE_DIRS (/usr/include/trilinos), not where the
 # imported target says.

@@ -24,7 +24,14 @@ else()
 endif()
 # libtorch_python of the one LibTorch kvmap links (cmake/KvmapTorch.cmake), nowhere else.
 find_library(KVMAP_TORCH_PYTHON_LIBRARY torch_python PATHS "${KVMAP_TORCH_LIBDIR}" NO_DEFAULT_PATH)
-execute_process(COMMAND ${Python_EXECUTABLE} -c "import torch, mpi4py; print(torch.__version__)"
+# (pip: torch of the environment pip installs into, cmake/KvmapPip.cmake; mpi4py is a
+# dependency pip installs after the build.)
+if(SKBUILD)
+  set(_kvmap_py_modules torch)
+else()
+  set(_kvmap_py_modules "torch, mpi4py")
+endif()
+execute_process(COMMAND ${KVMAP_PYTHON_ENV} ${Python_EXECUTABLE} -c "import ${_kvmap_py_modules}; print(torch.__version__)"
                 RESULT_VARIABLE _kvmap_py_rc OUTPUT_VARIABLE _kvmap_py_torch ERROR_QUIET
                 OUTPUT_STRIP_TRAILING_WHITESPACE)
 if(NOT pybind11_FOUND)
@@ -32,7 +39,7 @@ if(NOT pybind11_FOUND)
 elseif(NOT KVMAP_TORCH_PYTHON_LIBRARY)
   message(STATUS "kvmap: Python bindings off (libtorch_python not found)")
 elseif(NOT _kvmap_py_rc EQUAL 0)
-  message(STATUS "kvmap: Python bindings off (${Python_EXECUTABLE} cannot import torch and mpi4py)")
+  message(STATUS "kvmap: Python bindings off (${Python_EXECUTABLE} cannot import ${_kvmap_py_modules})")
 elseif(Torch_VERSION AND NOT _kvmap_py_torch MATCHES "^${Torch_VERSION_MAJOR}\\.${Torch_VERSION_MINOR}\\.")
   # Tensors cross the boundary as the same objects only with the same LibTorch.
   message(STATUS "kvmap: Python bindings off (Python's torch ${_kvmap_py_torch} is not the LibTorch "

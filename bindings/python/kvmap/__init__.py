@@ -14,8 +14,30 @@ import sys as _sys
 import torch as _torch  # noqa: F401  (registers torch's Python types before the extension)
 from mpi4py import MPI as _MPI  # noqa: F401  (initializes MPI; kvmap never finalizes it)
 
-from . import _comms, _kvmap
-from ._kvmap import DistView, Error, RemoteError, build_info, version
+from . import _build
+
+
+def _major_minor(v):
+    return tuple(v.split("+")[0].split(".")[:2])
+
+
+# The extension is compiled against one LibTorch: another torch in the environment would
+# fail to load it, or worse, load it.
+if _major_minor(_torch.__version__) != _major_minor(_build.TORCH_VERSION):
+    raise ImportError("kvmap was built against torch %s, but this environment has torch %s: "
+                      "rebuild kvmap against it (pip install --force-reinstall --no-deps kvmap, "
+                      "or reconfigure the CMake build)" % (_build.TORCH_VERSION, _torch.__version__))
+
+from . import _comms, _kvmap  # noqa: E402
+from ._kvmap import DistView, Error, RemoteError, build_info, version  # noqa: E402
+
+# mpi4py and kvmap must use one MPI library: two in one process share no communicator.
+if _kvmap._mpi_library_version().strip("\x00 \n") != _MPI.Get_library_version().strip("\x00 \n"):
+    raise ImportError("kvmap and mpi4py use different MPI libraries (kvmap: %r; mpi4py: %r): build "
+                      "mpi4py for kvmap's MPI (MPICC=<that MPI's mpicc> pip install --no-binary "
+                      "mpi4py --force-reinstall mpi4py) or kvmap for mpi4py's (MPI_HOME=<prefix>)"
+                      % (_kvmap._mpi_library_version().splitlines()[0],
+                         _MPI.Get_library_version().splitlines()[0]))
 
 _kvmap._initialize()
 

@@ -11,6 +11,10 @@
 
 #include <mpi.h>
 
+#include <cstdlib>
+#include <string>
+#include <vector>
+
 #include "kvmap/kvmap.hpp"
 
 namespace py = pybind11;
@@ -224,7 +228,25 @@ PYBIND11_MODULE(_kvmap, m) {
   m.def("_initialize", [] {
     if (!kvmap::Impl::mpi_initialized())
       throw kvmap::Error("kvmap: MPI is not initialized (import mpi4py.MPI first)");
-    if (!Kokkos::is_initialized()) Kokkos::initialize();
+    if (Kokkos::is_initialized()) return;
+    // `import kvmap` prints nothing: Kokkos' warnings (e.g. OpenMP's about OMP_PROC_BIND)
+    // are off unless the user asked for them through KOKKOS_DISABLE_WARNINGS (or, in the
+    // application, through Kokkos' own command line).
+    std::vector<std::string> args{"kvmap"};
+    if (!std::getenv("KOKKOS_DISABLE_WARNINGS")) args.emplace_back("--kokkos-disable-warnings");
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    int argc = static_cast<int>(args.size());
+    Kokkos::initialize(argc, argv.data());
+  });
+  // The MPI library kvmap was linked with, as the running MPI names itself: compared with
+  // mpi4py's at import (two MPI libraries in one process cannot share a communicator).
+  m.def("_mpi_library_version", [] {
+    char text[MPI_MAX_LIBRARY_VERSION_STRING];
+    int length = 0;
+    MPI_Get_library_version(text, &length);
+    return std::string(text, static_cast<std::size_t>(length));
   });
   m.def("_finalize", [] {
     kvmap::Impl::release_cached_comms();
