@@ -66,6 +66,7 @@ at::Tensor VmapLevel::remove_batch_dim(const at::Tensor& result, std::int64_t ou
   KVMAP_CHECK(out_dim >= 0 && out_dim < physical.dim(), ValueError,
               "kvmap::vmap: out_dim " << out_dim << " out of range for an output of "
                                       << physical.dim() - 1 << " dimensions per sample");
+  if (batched->bdim() == out_dim) return physical;
   return physical.movedim(batched->bdim(), out_dim);
 }
 

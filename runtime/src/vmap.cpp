@@ -350,12 +350,9 @@ struct ChunkRunner {
       // Physical from now on: the batch along out_dim. A DistView holds data, not autograd
       // history: outputs computed with grad mode on (a model whose parameters require grad)
       // are detached.
-      if (per_sample) {
-        r = level->remove_batch_dim(r, m.out_dim).detach();
-      } else {
-        r = r.detach();
-        if (m.out_dim != 0) r = r.movedim(0, m.out_dim);
-      }
+      if (per_sample) r = level->remove_batch_dim(r, m.out_dim);
+      if (r.requires_grad()) r = r.detach();
+      if (!per_sample && m.out_dim != 0) r = r.movedim(0, m.out_dim);
     }
     return results;
   }

@@ -1,6 +1,8 @@
 """kvmap.vmap with Heat's signature and argument checks, and kvmap.map_batches for functions
 that are already batch-aware; both run kvmap's one C++ scheduler."""
-from . import _comms, _kvmap
+import sys as _sys
+
+from . import _kvmap
 
 _RANDOMNESS = ("error", "same", "different")
 
@@ -24,20 +26,41 @@ def _mapped(who, func, out_dims, randomness, chunk_size, batches):
         if chunk_size < 1:
             raise ValueError("%s: chunk_size must be >= 1, got %d" % (who, chunk_size))
     dims, per_output = _out_dims(who, out_dims)
-    call = _kvmap._vmap_call
-
-    def mapped(*args, **kwargs):
-        # The C++ side checks that every positional argument is a DistView (TypeError).
-        outputs = call(func, dims, randomness, chunk_size, batches, *args, **kwargs)
-        # The number of outputs is agreed across ranks, so every rank raises alike.
-        if per_output and len(dims) != len(outputs):
-            raise ValueError("%s: out_dims %r has %d entries but the function returned %d "
-                             "outputs" % (who, tuple(out_dims), len(dims), len(outputs)))
-        return _comms.inherit(outputs, args)
-
-    mapped.__wrapped__ = func
+    # A callable implemented in C++: a call goes from the interpreter to kvmap's scheduler
+    # without a Python frame (the outputs carry their inputs' communicator).
+    mapped = _kvmap._mapped(func, dims, per_output, repr(tuple(dims)), randomness, chunk_size, batches)
     mapped.__doc__ = func.__doc__
     return mapped
+
+
+def _foreign_call(mapped, args, kwargs):
+    """A call whose positional arguments are not all DistViews: Heat's DNDarrays become
+    DistViews sharing their memory (``kvmap.from_heat``), and the outputs DNDarrays sharing
+    theirs (``to_heat``); anything else is a TypeError."""
+    heat = _sys.modules.get("heat")
+    dndarray = heat.DNDarray if heat is not None else ()
+    who = mapped._who
+    views, any_heat = [], False
+    for i, a in enumerate(args):
+        if isinstance(a, _kvmap.DistView):
+            views.append(a)
+        elif dndarray and isinstance(a, dndarray):
+            views.append(_kvmap_module().from_heat(a))
+            any_heat = True
+        else:
+            raise TypeError("%s: positional argument %d must be a kvmap.DistView or a heat.DNDarray, "
+                            "got %s (pass other arguments as keywords)" % (who, i, type(a)))
+    outputs = mapped(*views, **kwargs)
+    if not any_heat:
+        return outputs
+    return tuple(o.to_heat() for o in outputs)
+
+
+def _kvmap_module():
+    return _sys.modules["kvmap"]
+
+
+_kvmap._set_foreign_call(_foreign_call)
 
 
 def vmap(func, out_dims=0, randomness="error", *, chunk_size=None):

@@ -24,8 +24,12 @@ namespace {
 using View = kvmap::DistView<Kokkos::HostSpace>;
 
 // A DistView that can change in place (balance_, resplit_), as Heat's DNDarray does.
+// `comm` is the Python communicator it was made on where Python gave one (an mpi4py
+// communicator, or Heat's communication object for kvmap.from_heat; None: COMM_WORLD): the
+// C++ DistView holds its own duplicate and hands no communicator back (see _comms.py).
 struct PyDistView {
   std::shared_ptr<View> view;
+  py::object comm = py::none();
   explicit PyDistView(View v) : view(std::make_shared<View>(std::move(v))) {}
 };
 
@@ -119,47 +123,92 @@ kvmap::Randomness to_randomness(const std::string& r) {
                         "'");
 }
 
+PyObject* error_type = nullptr;   // kvmap.Error
+PyObject* remote_type = nullptr;  // kvmap.RemoteError
+
+// kvmap's exceptions as Python's: a Python error raised on this rank as itself, RemoteError
+// with failed_ranks, ValueError, TypeError, kvmap.Error. Rethrows what it does not know.
+void translate(const std::exception_ptr& p) {
+  try {
+    if (p) std::rethrow_exception(p);
+  } catch (const PythonCallError& e) {
+    e.restore();
+  } catch (const kvmap::RemoteError& e) {
+    py::object exc = py::handle(remote_type)(e.what());
+    exc.attr("failed_ranks") = py::cast(e.failed_ranks());
+    PyErr_SetObject(remote_type, exc.ptr());
+  } catch (const kvmap::ValueError& e) {
+    PyErr_SetString(PyExc_ValueError, e.what());
+  } catch (const kvmap::TypeError& e) {
+    PyErr_SetString(PyExc_TypeError, e.what());
+  } catch (const kvmap::Error& e) {
+    PyErr_SetString(error_type, e.what());
+  }
+}
+
+// What kvmap.vmap / kvmap.map_batches return: a callable holding f and its options, checked
+// and converted once. Calls go straight from the interpreter to run_vmap (its type's
+// tp_call): no Python frame, no argument parsing beyond the DistViews.
+struct PyMapped {
+  py::object func;
+  kvmap::VmapOptions options;
+  kvmap::Impl::Mapping mapping;
+  bool per_output;          // out_dims given as a tuple: one entry per output
+  std::string out_dims_repr;
+  const char* who() const {
+    return mapping == kvmap::Impl::Mapping::Samples ? "kvmap.vmap" : "kvmap.map_batches";
+  }
+};
+
+// Called with arguments that are not all DistViews (Heat's DNDarrays): set by kvmap._vmap.
+py::object* foreign_call = nullptr;
+
 // The Python front-end of kvmap's one vmap core (kvmap.vmap and kvmap.map_batches): it
 // converts the arguments, f and f's results; slot mapping, agreement, chunks and assembly
-// are the core's.
-py::tuple run_vmap(const py::function& func, const kvmap::VmapOptions& options,
-                   kvmap::Impl::Mapping mapping, const py::args& args, const py::kwargs& kwargs) {
-  const std::string who =
-      mapping == kvmap::Impl::Mapping::Samples ? "kvmap.vmap" : "kvmap.map_batches";
+// are the core's. `args` holds DistViews only.
+py::tuple run_vmap(const PyMapped& m, PyObject* args, PyObject* kwargs) {
+  const Py_ssize_t nargs = PyTuple_GET_SIZE(args);
   // Copies of the DistViews: their memory stays alive for the whole call, even when Python
   // code on another thread rebinds or rebalances the arguments while the GIL is released.
   std::vector<View> arrays;
-  std::vector<at::Tensor> tensors;  // keyword tensors: passed whole, never shared by outputs
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    if (!py::isinstance<PyDistView>(args[i])) {
-      throw py::type_error(
-          who + ": positional argument " + std::to_string(i) + " must be a kvmap.DistView, got " +
-          std::string(py::str(py::type::of(args[i]))) + " (pass other arguments as keywords)");
-    }
-    arrays.push_back(*args[i].cast<PyDistView&>().view);
+  arrays.reserve(static_cast<std::size_t>(nargs));
+  py::object comm = py::none();
+  for (Py_ssize_t i = 0; i < nargs; ++i) {
+    const PyDistView& d = py::handle(PyTuple_GET_ITEM(args, i)).cast<const PyDistView&>();
+    arrays.push_back(*d.view);
+    if (comm.is_none()) comm = d.comm;
   }
-  for (auto item : kwargs) {
-    if (THPVariable_Check(item.second.ptr())) tensors.push_back(item.second.cast<at::Tensor>());
+  std::vector<at::Tensor> tensors;  // keyword tensors: passed whole, never shared by outputs
+  if (kwargs) {
+    PyObject *key, *value;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(kwargs, &pos, &key, &value)) {
+      if (THPVariable_Check(value)) tensors.push_back(THPVariable_Unpack(value));
+    }
   }
   auto call = [&](const std::vector<at::Tensor>& per_array) {
     py::gil_scoped_acquire gil;
     try {
-      py::tuple pargs(args.size());
-      for (std::size_t i = 0; i < args.size(); ++i) pargs[i] = py::cast(per_array[i]);
-      py::object out = func(*pargs, **kwargs);
+      py::tuple pargs(nargs);
+      for (Py_ssize_t i = 0; i < nargs; ++i)
+        PyTuple_SET_ITEM(pargs.ptr(), i, THPVariable_Wrap(per_array[static_cast<std::size_t>(i)]));
+      PyObject* raw = PyObject_Call(m.func.ptr(), pargs.ptr(), kwargs);
+      if (!raw) throw py::error_already_set();
+      const py::object out = py::reinterpret_steal<py::object>(raw);
       std::vector<at::Tensor> outs;
       if (THPVariable_Check(out.ptr())) {
-        outs.push_back(out.cast<at::Tensor>());
+        outs.push_back(THPVariable_Unpack(out.ptr()));
       } else if (py::isinstance<py::tuple>(out) || py::isinstance<py::list>(out)) {
         for (auto o : out) {
           if (!THPVariable_Check(o.ptr())) {
-            throw py::type_error(who + ": the function must return tensors, got a " +
+            throw py::type_error(std::string(m.who()) +
+                                 ": the function must return tensors, got a " +
                                  std::string(py::str(py::type::of(o))) + " in its result");
           }
-          outs.push_back(o.cast<at::Tensor>());
+          outs.push_back(THPVariable_Unpack(o.ptr()));
         }
       } else {
-        throw py::type_error(who +
+        throw py::type_error(std::string(m.who()) +
                              ": the function must return a tensor or a tuple of tensors, got " +
                              std::string(py::str(py::type::of(out))));
       }
@@ -185,17 +234,69 @@ py::tuple run_vmap(const py::function& func, const kvmap::VmapOptions& options,
       std::vector<const View*> pointers;
       pointers.reserve(arrays.size());
       for (const View& a : arrays) pointers.push_back(&a);
-      outputs = kvmap::Impl::vmap_core<Kokkos::HostSpace>(
-          pointers.data(), pointers.size(), tensors, options, mapping, kvmap::Impl::ArgsCall(call));
+      outputs = kvmap::Impl::vmap_core<Kokkos::HostSpace>(pointers.data(), pointers.size(),
+                                                          tensors, m.options, m.mapping,
+                                                          kvmap::Impl::ArgsCall(call));
     } catch (...) {
       failure = std::current_exception();
     }
   }
   if (failure) rethrow_for_python(failure);
+  // The number of outputs is agreed across ranks, so every rank raises alike.
+  if (m.per_output && m.options.out_dims().size() != outputs.size()) {
+    throw py::value_error(std::string(m.who()) + ": out_dims " + m.out_dims_repr + " has " +
+                          std::to_string(m.options.out_dims().size()) +
+                          " entries but the function returned " + std::to_string(outputs.size()) +
+                          " outputs");
+  }
+  // vmap's outputs live on their inputs' communicator.
   py::tuple result(outputs.size());
-  for (std::size_t k = 0; k < outputs.size(); ++k)
-    result[k] = py::cast(PyDistView(std::move(outputs[k])));
+  for (std::size_t k = 0; k < outputs.size(); ++k) {
+    PyDistView out(std::move(outputs[k]));
+    out.comm = comm;
+    result[k] = py::cast(std::move(out));
+  }
   return result;
+}
+
+// The Python error for an exception caught in a slot pybind11 does not wrap.
+void set_python_error(const std::exception_ptr& p) {
+  try {
+    translate(p);
+  } catch (const std::bad_alloc&) {
+    PyErr_NoMemory();
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  } catch (...) {
+    PyErr_SetString(PyExc_RuntimeError, "kvmap: unknown C++ exception");
+  }
+}
+
+PyObject* mapped_call(PyObject* self, PyObject* args, PyObject* kwargs) {
+  try {
+    const PyMapped& m = py::handle(self).cast<const PyMapped&>();
+    const Py_ssize_t nargs = PyTuple_GET_SIZE(args);
+    for (Py_ssize_t i = 0; i < nargs; ++i) {
+      const py::handle a = PyTuple_GET_ITEM(args, i);
+      if (py::isinstance<PyDistView>(a)) continue;
+      // Heat's DNDarrays (converted by kvmap._vmap, which calls back); anything else: TypeError.
+      if (foreign_call) {
+        py::object kw = kwargs ? py::reinterpret_borrow<py::object>(kwargs) : py::dict();
+        return (*foreign_call)(py::handle(self), py::handle(args), kw).release().ptr();
+      }
+      throw py::type_error(std::string(m.who()) + ": positional argument " + std::to_string(i) +
+                           " must be a kvmap.DistView, got " + std::string(py::str(py::type::of(a))) +
+                           " (pass other arguments as keywords)");
+    }
+    return run_vmap(m, args, kwargs).release().ptr();
+  } catch (py::error_already_set& e) {
+    e.restore();
+  } catch (const py::builtin_exception& e) {
+    e.set_error();
+  } catch (...) {
+    set_python_error(std::current_exception());
+  }
+  return nullptr;
 }
 
 }  // namespace
@@ -205,25 +306,11 @@ PYBIND11_MODULE(_kvmap, m) {
 
   static py::exception<kvmap::Error> error(m, "Error", PyExc_RuntimeError);
   static py::exception<kvmap::RemoteError> remote(m, "RemoteError", error.ptr());
+  error_type = error.ptr();
+  remote_type = remote.ptr();
   // pybind11's translator type takes the exception_ptr by value.
   // NOLINTNEXTLINE(performance-unnecessary-value-param)
-  py::register_exception_translator([](std::exception_ptr p) {
-    try {
-      if (p) std::rethrow_exception(p);
-    } catch (const PythonCallError& e) {
-      e.restore();
-    } catch (const kvmap::RemoteError& e) {
-      py::object exc = py::handle(remote.ptr())(e.what());
-      exc.attr("failed_ranks") = py::cast(e.failed_ranks());
-      PyErr_SetObject(remote.ptr(), exc.ptr());
-    } catch (const kvmap::ValueError& e) {
-      PyErr_SetString(PyExc_ValueError, e.what());
-    } catch (const kvmap::TypeError& e) {
-      PyErr_SetString(PyExc_TypeError, e.what());
-    } catch (const kvmap::Error& e) {
-      PyErr_SetString(error.ptr(), e.what());
-    }
-  });
+  py::register_exception_translator([](std::exception_ptr p) { translate(p); });
 
   m.def("_initialize", [] {
     if (!kvmap::Impl::mpi_initialized())
@@ -294,6 +381,7 @@ PYBIND11_MODULE(_kvmap, m) {
           })
       .def_property_readonly("comm_size", [](const PyDistView& d) { return d.view->comm().size(); })
       .def_property_readonly("comm_rank", [](const PyDistView& d) { return d.view->comm().rank(); })
+      .def_readwrite("_comm", &PyDistView::comm)
       .def("is_balanced", [](const PyDistView& d) { return d.view->is_balanced(); })
       // The source is copied and the result assigned with the GIL held: another Python
       // thread never sees the DistView half replaced. Both return the array itself, as
@@ -403,15 +491,29 @@ PYBIND11_MODULE(_kvmap, m) {
     py::gil_scoped_release release;
     return kvmap::linalg::nrm2(*x.view);
   });
-  m.def("_vmap_call", [](const py::function& func, const std::vector<std::int64_t>& out_dims,
-                         const std::string& randomness, const py::object& chunk_size, bool batches,
-                         const py::args& args, const py::kwargs& kwargs) {
-    kvmap::VmapOptions options;
-    options.out_dims(out_dims).randomness(to_randomness(randomness));
-    if (!chunk_size.is_none()) options.chunk_size(chunk_size.cast<std::int64_t>());
-    return run_vmap(func, options,
-                    batches ? kvmap::Impl::Mapping::Batches : kvmap::Impl::Mapping::Samples, args,
-                    kwargs);
+  py::class_<PyMapped>(m, "Mapped", py::dynamic_attr(),
+                       py::custom_type_setup([](PyHeapTypeObject* heap_type) {
+                         heap_type->ht_type.tp_call = mapped_call;
+                       }))
+      .def_property_readonly("__wrapped__", [](const PyMapped& self) { return self.func; })
+      .def_property_readonly("_who", [](const PyMapped& self) { return self.who(); });
+  // The checks of the arguments' types are Python's (kvmap/_vmap.py); values are C++'s.
+  m.def("_mapped", [](py::object func, const std::vector<std::int64_t>& out_dims, bool per_output,
+                      const std::string& out_dims_repr, const std::string& randomness,
+                      const py::object& chunk_size, bool batches) {
+    PyMapped mapped;
+    mapped.func = std::move(func);
+    mapped.options.out_dims(out_dims).randomness(to_randomness(randomness));
+    if (!chunk_size.is_none()) mapped.options.chunk_size(chunk_size.cast<std::int64_t>());
+    mapped.mapping = batches ? kvmap::Impl::Mapping::Batches : kvmap::Impl::Mapping::Samples;
+    mapped.per_output = per_output;
+    mapped.out_dims_repr = out_dims_repr;
+    return mapped;
+  });
+  m.def("_set_foreign_call", [](py::object f) {
+    // Kept until the process ends (never destroyed after the interpreter).
+    if (!foreign_call) foreign_call = new py::object();
+    *foreign_call = std::move(f);
   });
   m.def("_stats", [] {
     const auto s = kvmap::stats();

@@ -1,0 +1,85 @@
+"""The package as a user meets it: `import kvmap` is quiet, one LibTorch and one OpenMP runtime
+in the process, and (when kvmap was installed by pip) the installed files are the ones in use."""
+import importlib.metadata
+import os
+import subprocess
+import sys
+import tempfile
+
+import pytest
+from mpi4py import MPI
+
+import kvmap
+
+COMM = MPI.COMM_WORLD
+
+
+def mapped_files(prefix):
+    """The distinct files whose basename starts with ``prefix`` mapped into this process."""
+    found = set()
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            path = line.split()[-1]
+            if path.startswith("/") and os.path.basename(path).startswith(prefix):
+                found.add(os.path.realpath(path))
+    return sorted(found)
+
+
+def agreed(value):
+    """Rank 0's value on every rank (one rank runs a subprocess, every rank asserts)."""
+    return COMM.bcast(value, root=0)
+
+
+def test_import_prints_nothing():
+    """A fresh interpreter importing kvmap, with no OpenMP or Kokkos variables set, writes
+    nothing to stdout or stderr (Kokkos' OpenMP warnings are off)."""
+    result = None
+    if COMM.rank == 0:
+        # Without the launcher's variables the child is a singleton MPI process of its own.
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("OMP_", "KOKKOS_", "OMPI_", "PMIX_", "PMI_", "HYDRA_", "MPIR_"))
+               or k.startswith("OMPI_ALLOW_RUN_AS_ROOT")}
+        with tempfile.TemporaryDirectory() as cwd:
+            p = subprocess.run([sys.executable, "-c", "import kvmap"], cwd=cwd, env=env,
+                               capture_output=True, timeout=120)
+        result = (p.returncode, p.stdout.decode(errors="replace"), p.stderr.decode(errors="replace"))
+    rc, out, err = agreed(result)
+    assert rc == 0, err
+    assert out == ""
+    assert err == ""
+
+
+def test_one_libc10_and_one_libgomp():
+    """Kokkos and LibTorch share one OpenMP runtime, and the process maps one libc10."""
+    c10 = mapped_files("libc10.so")
+    gomp = mapped_files("libgomp")
+    assert len(c10) == 1, c10
+    assert len(gomp) <= 1, gomp
+
+
+def installed_distribution():
+    """kvmap's pip distribution when the imported kvmap is the installed one, else None."""
+    try:
+        dist = importlib.metadata.distribution("kvmap")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    init = dist.locate_file("kvmap/__init__.py")
+    if os.path.realpath(str(init)) != os.path.realpath(kvmap.__file__):
+        return None
+    return dist
+
+
+def test_installed_package_is_the_one_in_use():
+    dist = installed_distribution()
+    if dist is None:
+        pytest.skip("kvmap is imported from a build tree, not from a pip installation")
+    package = os.path.dirname(os.path.realpath(kvmap.__file__))
+    assert dist.version == kvmap.__version__  # one version: the CMake project's
+    libkvmap = mapped_files("libkvmap")
+    assert libkvmap and all(p.startswith(package + os.sep) for p in libkvmap), libkvmap
+    assert "LD_LIBRARY_PATH" not in os.environ or not os.environ["LD_LIBRARY_PATH"]
+    import torch
+    torch_lib = os.path.join(os.path.dirname(os.path.realpath(torch.__file__)), "lib")
+    assert [os.path.dirname(p) for p in mapped_files("libc10.so")] == [torch_lib]
+    # C++ users of the wheel: the CMake package ships inside it.
+    assert os.path.isfile(os.path.join(package, "lib", "cmake", "kvmap", "kvmapConfig.cmake"))
