@@ -188,3 +188,119 @@ def test_errors():
         kvmap.zeros(3).to_heat(comm="world")
     with pytest.raises(TypeError, match="dtype"):
         kvmap.zeros(2 * P, dtype=torch.bfloat16, split=0).to_heat()
+
+
+# ---- kvmap.vmap / kvmap.map_batches as drop-ins for heat.vmap on DNDarrays ------------------
+
+def same_dndarray(got, want, rtol=1e-5, atol=1e-6):
+    """kvmap's output DNDarray against heat.vmap's: type, split, gshape, lshape, dtype,
+    device, balance and values (checked on every rank, agreed)."""
+    ok = (isinstance(got, ht.DNDarray) and got.split == want.split
+          and tuple(got.gshape) == tuple(want.gshape) and tuple(got.lshape) == tuple(want.lshape)
+          and got.dtype == want.dtype and got.device == want.device
+          and got.larray.dtype == want.larray.dtype
+          and got.is_balanced(force_check=True) == want.is_balanced(force_check=True)
+          and torch.allclose(got.larray, want.larray, rtol=rtol, atol=atol))
+    return everywhere(ok)
+
+
+def same_results(got, want):
+    return (everywhere(isinstance(got, tuple) and isinstance(want, tuple) and len(got) == len(want))
+            and all(same_dndarray(g, w) for g, w in zip(got, want)))
+
+
+def heat_cases():
+    """heat.vmap's own cases (Heat's test_vmap: one and several inputs and outputs, out_dims as
+    an int and a tuple, other split axes, chunk sizes, keyword arguments), on balanced and
+    unbalanced (one empty shard) DNDarrays."""
+    x, _ = uneven_heat(m=6, seed=30)
+    y, _ = uneven_heat(m=6, seed=31)
+    b = ht.array(full_tensor(2 * P + 3, 4, seed=32), split=0)  # balanced
+    cols = ht.array(full_tensor(5, 2 * P + 1, seed=33), split=1)  # batch along axis 1
+    W = torch.randn(6, 3, generator=torch.Generator().manual_seed(34))
+    # heat.vmap with a chunk_size fails on an empty shard (torch.vmap's chunking of 0 samples):
+    # its chunked cases get shards that are never empty.
+    bx = ht.array(full_tensor(2 * P + 3, 6, seed=41), split=0)
+    by = ht.array(full_tensor(2 * P + 3, 6, seed=42), split=0)
+
+    def one(v):
+        return v.sum()
+
+    def two_in_two_out(v, w):
+        return v * w, (v - w).norm()
+
+    def with_kwargs(v, W=None, scale=1.0):
+        return torch.tanh(v @ W) * scale
+
+    def expand(v):
+        return torch.outer(v, v[:2])  # a per-sample matrix
+
+    return [
+        ("one input, one output", one, (b,), {}, {}),
+        ("unbalanced, one empty shard", one, (x,), {}, {}),
+        ("two inputs, two outputs", two_in_two_out, (x, y), {}, {}),
+        ("out_dims tuple", two_in_two_out, (x, y), {"out_dims": (1, 0)}, {}),
+        ("out_dims int for every output", expand, (b,), {"out_dims": 2}, {}),
+        ("split along axis 1", lambda v: v * 2, (cols,), {}, {}),
+        ("split 1 to out_dims 1", lambda v: v.flip(0), (cols,), {"out_dims": 1}, {}),
+        ("keyword arguments", with_kwargs, (x,), {}, {"W": W, "scale": 0.5}),
+        ("chunk_size 1", with_kwargs, (bx,), {"chunk_size": 1}, {"W": W}),
+        ("chunk_size 2", two_in_two_out, (bx, by), {"chunk_size": 2}, {}),
+        ("float64", lambda v: v.double().exp(), (b,), {}, {}),
+    ]
+
+
+@pytest.mark.parametrize("case", range(11))
+def test_vmap_on_dndarrays_matches_heat_vmap(case):
+    name, f, args, options, kwargs = heat_cases()[case]
+    want = ht.vmap(f, **options)(*args, **kwargs)
+    before = kvmap.stats()["bytes_copied"]
+    got = kvmap.vmap(f, **options)(*args, **kwargs)
+    assert same_results(got, want), name
+    # Zero copy in and out: the inputs' shards were mapped in place, the outputs adopted.
+    if "chunk_size" not in options:
+        assert everywhere(kvmap.stats()["bytes_copied"] == before), name
+    # Inputs untouched and still Heat's.
+    assert everywhere(all(isinstance(a, ht.DNDarray) for a in args))
+
+
+def test_vmap_on_dndarrays_keeps_local_counts_and_communicator():
+    x, full = uneven_heat(m=3, seed=35)
+    (s,) = kvmap.vmap(lambda v: v.sum())(x)
+    assert everywhere(s.lshape_map.tolist() == [[c] for c in COUNTS])
+    assert everywhere(s.comm is x.comm)
+    assert everywhere(torch.allclose(heat_global(s), full.sum(1), atol=1e-5))
+    # The output's shard is the memory kvmap wrote: a DNDarray over it, no copy.
+    assert everywhere(s.larray.is_contiguous())
+
+
+def test_map_batches_on_dndarrays():
+    x, full = uneven_heat(m=4, seed=36)
+    W = torch.randn(4, 2, generator=torch.Generator().manual_seed(37))
+    for chunk_size in (None, 2):
+        (e,) = kvmap.map_batches(lambda v, W=None: torch.tanh(v @ W), chunk_size=chunk_size)(x, W=W)
+        want = ht.vmap(lambda v, W=None: torch.tanh(v @ W))(x, W=W)[0]
+        assert same_dndarray(e, want)
+        assert everywhere(torch.allclose(heat_global(e), torch.tanh(full @ W), atol=1e-5))
+
+
+def test_dndarrays_and_distviews_mix_and_distviews_stay_distviews():
+    x, full = uneven_heat(m=3, seed=38)
+    d = kvmap.from_heat(ht.array(full_tensor(sum(COUNTS), 3, seed=39)[sum(COUNTS[:ME]):sum(COUNTS[:ME + 1])].clone(),
+                                 is_split=0))
+    (mixed,) = kvmap.vmap(lambda a, b: a + b)(x, d)
+    assert everywhere(isinstance(mixed, ht.DNDarray))
+    (plain,) = kvmap.vmap(lambda a, b: a + b)(d, d)
+    assert everywhere(isinstance(plain, kvmap.DistView))
+    assert everywhere(torch.allclose(mixed.larray, x.larray + d.larray))
+
+
+def test_dndarray_errors_match_heat():
+    x, _ = uneven_heat(m=3, seed=40)
+    for mapped in (kvmap.vmap(lambda v: v), kvmap.map_batches(lambda v: v)):
+        with pytest.raises(TypeError, match="positional argument 1 must be a kvmap.DistView or a heat.DNDarray"):
+            mapped(x, torch.zeros(3))
+    with pytest.raises(ValueError, match="out_dims"):
+        kvmap.vmap(lambda v: (v, v), out_dims=(0,))(x)
+    with pytest.raises(ValueError, match="out_dims"):
+        ht.vmap(lambda v: (v, v), out_dims=(0,))(x)
