@@ -15,7 +15,9 @@ Each rank draws its local batch of 64-feature float32 samples, makes a Heat DNDa
 (split 0) and a kvmap DistView sharing that very memory (``kvmap.from_heat``). The function,
 written for one sample, is ``f(x) = tanh(x @ W).sum()`` with W 64x64 (the same seed on every
 rank). Contenders, unchunked and, where the batch exceeds it, with ``chunk_size``:
-``heat.vmap``, ``kvmap.vmap``, raw ``torch.vmap`` on the local tensor, and the direct batched
+``heat.vmap``, ``kvmap.vmap`` on the DistView and on the DNDarray itself (the drop-in), raw
+functorch driven from Python (functorch's entry points, the floor of any vmap there) and
+``torch.vmap`` on the local tensor, and the direct batched
 call ``torch.tanh(x.larray @ W).sum(-1)``. Before anything is timed every contender's local
 result is checked against the direct call (allclose); a mismatch on any rank ends the run
 on every rank with exit status 1.
@@ -48,7 +50,8 @@ import heat as ht
 import kvmap
 
 FEATURES = 64
-CONTENDERS = ("heat.vmap", "kvmap.vmap", "torch.vmap (local)", "direct batched")
+CONTENDERS = ("heat.vmap", "kvmap.vmap", "kvmap.vmap (DNDarray)", "raw functorch (local)",
+              "torch.vmap (local)", "direct batched")
 
 
 def f(xi, W=None):
@@ -56,14 +59,39 @@ def f(xi, W=None):
     return torch.tanh(xi @ W).sum()
 
 
+def raw_functorch(func, chunk_size):
+    """The floor of any vmap driven from Python: functorch's own C++ entry points on the local
+    tensor (one vmap level, the batch added at 0 and removed at 0), per chunk, no checks."""
+    from torch._C._functorch import (_add_batch_dim, _remove_batch_dim, _vmap_decrement_nesting,
+                                     _vmap_increment_nesting)
+
+    def one(local, **kwargs):
+        n = local.shape[0]
+        level = _vmap_increment_nesting(n, "error")
+        try:
+            return _remove_batch_dim(func(_add_batch_dim(local, 0, level), **kwargs), level, n, 0)
+        finally:
+            _vmap_decrement_nesting()
+
+    def mapped(local, **kwargs):
+        if chunk_size is None or local.shape[0] <= chunk_size:
+            return one(local, **kwargs)
+        return torch.cat([one(c, **kwargs) for c in local.split(chunk_size)])
+
+    return mapped
+
+
 def make_calls(x, d, W, chunk_size):
     heat_f = ht.vmap(f, chunk_size=chunk_size)
     kvmap_f = kvmap.vmap(f, chunk_size=chunk_size)
     torch_f = torch.vmap(f, chunk_size=chunk_size)
+    raw_f = raw_functorch(f, chunk_size)
     local = x.larray
     return {
         "heat.vmap": lambda: heat_f(x, W=W)[0].larray,
         "kvmap.vmap": lambda: kvmap_f(d, W=W)[0].larray,
+        "kvmap.vmap (DNDarray)": lambda: kvmap_f(x, W=W)[0].larray,
+        "raw functorch (local)": lambda: raw_f(local, W=W),
         "torch.vmap (local)": lambda: torch_f(local, W=W),
         "direct batched": lambda: torch.tanh(local @ W).sum(-1),
     }
@@ -170,13 +198,21 @@ def main():
                 if rank == 0:
                     print("%10d %7s  %-20s %11s %11s %6d"
                           % (batch, chunk_size or "-", name, fmt(med), fmt(lo), reps), flush=True)
-            summary.append((batch, chunk_size, result["heat.vmap"][0] / result["kvmap.vmap"][0],
-                            result["heat.vmap"][1] / result["kvmap.vmap"][1]))
+            kv, raw = result["kvmap.vmap"], result["raw functorch (local)"]
+            summary.append((batch, chunk_size, result["heat.vmap"][0] / kv[0],
+                            result["heat.vmap"][1] / kv[1], kv[0] - raw[0], kv[1] - raw[1]))
+            records.append(dict(meta, contender="kvmap.vmap - raw functorch", batch=batch,
+                                global_batch=batch * ranks, chunked=chunk_size is not None,
+                                chunk_size=chunk_size, extra_median_s=kv[0] - raw[0],
+                                extra_min_s=kv[1] - raw[1]))
     if rank == 0:
-        print("\nHeat / kvmap (time per call; > 1: kvmap faster), %d rank(s)" % ranks)
-        print("%10s %7s %10s %10s" % ("batch/rank", "chunk", "median", "min"))
-        for batch, chunk_size, med, lo in summary:
-            print("%10d %7s %9.2fx %9.2fx" % (batch, chunk_size or "-", med, lo))
+        print("\nHeat / kvmap (time per call; > 1: kvmap faster) and kvmap's time over raw "
+              "functorch from Python, %d rank(s)" % ranks)
+        print("%10s %7s %10s %10s %14s %14s" % ("batch/rank", "chunk", "median", "min", "extra median",
+                                                "extra min"))
+        for batch, chunk_size, med, lo, extra_med, extra_lo in summary:
+            print("%10d %7s %9.2fx %9.2fx %14s %14s" % (batch, chunk_size or "-", med, lo, fmt(extra_med),
+                                                         fmt(extra_lo)))
         if args.json:
             with open(args.json, "w") as out:
                 for r in records:

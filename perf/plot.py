@@ -170,14 +170,15 @@ def plot_scale(records, out):
 
 def plot_heat_vs_kvmap(records, out):
     """perf/heat_vs_kvmap.py: time per call and Heat/kvmap vs the local batch."""
-    rows = [r for r in records if r["scenario"] == "heat_vs_kvmap"]
+    rows = [r for r in records if r["scenario"] == "heat_vs_kvmap" and "median_s" in r]
+    extra = [r for r in records if r["scenario"] == "heat_vs_kvmap" and "extra_median_s" in r]
     if not rows:
         return None
     contenders = ["heat.vmap", "kvmap.vmap", "torch.vmap (local)", "direct batched"]
     contenders += sorted({r["contender"] for r in rows} - set(contenders))
     rank_counts = sorted({r["ranks"] for r in rows})
     markers = "osD^v<>"
-    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    fig, (ax, ax2, ax3) = plt.subplots(1, 3, figsize=(17, 4.5))
     series = collections.defaultdict(list)
     for r in rows:
         series[(r["contender"], r["ranks"], r["chunk_size"])].append((r["batch"], r["median_s"]))
@@ -212,6 +213,21 @@ def plot_heat_vs_kvmap(records, out):
     ax2.set_ylabel("Heat / kvmap (time per call)")
     ax2.grid(True, which="both", alpha=0.3)
     ax2.legend(fontsize=7)
+    # kvmap's Python call over raw functorch driven from Python (the floor of any vmap there).
+    for i, ranks in enumerate(rank_counts):
+        for chunk in sorted({r["chunk_size"] or 0 for r in extra if r["ranks"] == ranks}):
+            pts = sorted((r["batch"], r["extra_median_s"] * 1e6) for r in extra
+                         if r["ranks"] == ranks and (r["chunk_size"] or 0) == chunk)
+            ax3.semilogx([p[0] for p in pts], [p[1] for p in pts], color="C%d" % i,
+                         marker=markers[i % len(markers)], linestyle="--" if chunk else "-",
+                         label="%d rank%s%s" % (ranks, "s" if ranks > 1 else "",
+                                                ", chunk %d" % chunk if chunk else ""))
+    ax3.axhline(3.0, color="gray", linestyle=":", label="3 us")
+    ax3.axhline(0.0, color="black", linewidth=0.8)
+    ax3.set_xlabel("local batch (samples per rank)")
+    ax3.set_ylabel("kvmap.vmap - raw functorch (us per call, median)")
+    ax3.grid(True, which="both", alpha=0.3)
+    ax3.legend(fontsize=7)
     r0 = rows[0]
     fig.suptitle("heat.vmap vs kvmap.vmap, f = %s, %d features%s — %s, %s: %s cores, OMP_NUM_THREADS=%s, "
                  "torch %s, Heat %s, kvmap %s" % (

@@ -40,7 +40,7 @@ log "installed in $(( $(date +%s) - start )) s: $("$py" -m pip show kvmap | sed 
 
 # The tests only, outside the source tree: `import kvmap` can only find the installed one.
 mkdir -p "$work/run"
-cp -r "$KVMAP_SOURCE_DIR/bindings/python/tests" "$work/run/tests"
+cp -r "$KVMAP_SOURCE_DIR/bindings/python/tests" "$KVMAP_SOURCE_DIR/bindings/python/examples" "$work/run/"
 cd "$work/run"
 "$py" -c 'import kvmap, sys; print("[test-pip] import kvmap:", kvmap.__file__, kvmap.__version__)'
 for np in "${ranks[@]}"; do

@@ -5,10 +5,12 @@
 #   scripts/test.sh --asan           # C++ tests under ASan + UBSan at 1 and 3 ranks
 #   scripts/test.sh --fuzz           # the libFuzzer target (clang), 60 s from the seed corpus
 #   scripts/test.sh --torch2         # LibTorch 2.x from PyPI's torch wheel (C++20), all tests
+#   scripts/test.sh --pip [ranks]    # pip install into the torch2 venv, Python tests, uninstall
 # Extra arguments go to ctest (e.g. -R layout, -j 2).
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 preset=default
 case "${1:-}" in
+  --pip) shift; exec "$(dirname "${BASH_SOURCE[0]}")/test-pip.sh" "$@" ;;
   --debian-kokkos) preset=debian-kokkos; shift ;;
   --asan) preset=asan; shift ;;
   --fuzz) preset=fuzz; shift ;;

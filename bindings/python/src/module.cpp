@@ -153,7 +153,7 @@ struct PyMapped {
   py::object func;
   kvmap::VmapOptions options;
   kvmap::Impl::Mapping mapping;
-  bool per_output;          // out_dims given as a tuple: one entry per output
+  bool per_output;  // out_dims given as a tuple: one entry per output
   std::string out_dims_repr;
   const char* who() const {
     return mapping == kvmap::Impl::Mapping::Samples ? "kvmap.vmap" : "kvmap.map_batches";
@@ -234,8 +234,8 @@ py::tuple run_vmap(const PyMapped& m, PyObject* args, PyObject* kwargs) {
       std::vector<const View*> pointers;
       pointers.reserve(arrays.size());
       for (const View& a : arrays) pointers.push_back(&a);
-      outputs = kvmap::Impl::vmap_core<Kokkos::HostSpace>(pointers.data(), pointers.size(),
-                                                          tensors, m.options, m.mapping,
+      outputs = kvmap::Impl::vmap_core<Kokkos::HostSpace>(pointers.data(), pointers.size(), tensors,
+                                                          m.options, m.mapping,
                                                           kvmap::Impl::ArgsCall(call));
     } catch (...) {
       failure = std::current_exception();
@@ -285,7 +285,8 @@ PyObject* mapped_call(PyObject* self, PyObject* args, PyObject* kwargs) {
         return (*foreign_call)(py::handle(self), py::handle(args), kw).release().ptr();
       }
       throw py::type_error(std::string(m.who()) + ": positional argument " + std::to_string(i) +
-                           " must be a kvmap.DistView, got " + std::string(py::str(py::type::of(a))) +
+                           " must be a kvmap.DistView, got " +
+                           std::string(py::str(py::type::of(a))) +
                            " (pass other arguments as keywords)");
     }
     return run_vmap(m, args, kwargs).release().ptr();
