@@ -242,23 +242,24 @@ def _to_heat(self, comm=None):
     """
     heat = _heat()
     hc = _heat_comm(heat, self, comm)
-    try:
-        dtype = heat.core.types.canonical_heat_type(self.dtype)
-    except TypeError as e:
-        raise TypeError("DistView.to_heat: Heat has no dtype for %s" % self.dtype) from e
-    gshape, split = tuple(self.gshape), self.split
-    lshape_map = self.lshape_map  # kvmap knows every rank's shape: no collective
-    if split is None:
-        balanced = True
-    else:
-        balanced = all(hc.chunk(gshape, split, rank=r)[1][split] == int(lshape_map[r, split])
-                       for r in range(hc.size))
-    out = heat.DNDarray(self.larray, gshape, dtype, split, heat.cpu, hc, balanced)
-    # Heat's constructor takes no shape map; prime its cache (a private attribute) where this
-    # Heat version has one, so that Heat needs no collective to learn the counts either.
-    if hasattr(out, "_DNDarray__lshape_map"):
-        out._DNDarray__lshape_map = lshape_map
+    dtype = _heat_dtypes.get(self.dtype)
+    if dtype is None:
+        try:
+            dtype = _heat_dtypes[self.dtype] = heat.core.types.canonical_heat_type(self.dtype)
+        except TypeError as e:
+            raise TypeError("DistView.to_heat: Heat has no dtype for %s" % self.dtype) from e
+    # kvmap balances by Heat's rule, so its O(1) answer is Heat's `balanced`; a balanced
+    # DNDarray's shape map Heat computes itself, without communication.
+    balanced = self.split is None or self.is_balanced()
+    out = heat.DNDarray(self.larray, tuple(self.gshape), dtype, self.split, heat.cpu, hc, balanced)
+    # An unbalanced one's it would gather: prime Heat's cache (a private attribute, where this
+    # Heat version has one) with kvmap's counts, so that Heat needs no collective either.
+    if not balanced and hasattr(out, "_DNDarray__lshape_map"):
+        out._DNDarray__lshape_map = self.lshape_map
     return out
+
+
+_heat_dtypes = {}  # torch dtype -> Heat's type
 
 
 DistView.to_heat = _to_heat
