@@ -2,6 +2,7 @@
 """kvmap's per-call cost in instructions: the overhead scenario's contenders under callgrind.
 
     /usr/bin/python3 perf/instructions.py [--build build/default] [--np 1] [--json FILE] [--quick]
+    /usr/bin/python3 perf/instructions.py --build build/torch2 --python ~/.cache/kvmap/torch2-venv/bin/python
 
 Runs ``mpiexec -np N valgrind --tool=callgrind kvmap-perf --scenario instructions``: every
 contender (the direct batched call, raw functorch on the same local tensor, kvmap::vmap) is
@@ -10,6 +11,10 @@ Prints instructions per call and kvmap's extra instructions per call over raw fu
 and writes them as JSON lines. Instruction counts, unlike wall times, are the same on a
 loaded machine. At one rank kvmap makes no MPI call; at more ranks the count includes MPI's
 polling while a rank waits for the others, which does depend on timing.
+
+With --python, the same for the Python front-end (perf/python_calls.py in one process):
+raw functorch driven from Python, kvmap.vmap and kvmap.map_batches at batch 16, each run
+with 0 and 2,000 calls under callgrind; the difference per call is what a call costs.
 """
 import argparse
 import datetime
@@ -39,6 +44,43 @@ def parse_dump(path):
     return label, total
 
 
+def python_total(python, build, contender, calls, env):
+    """Instructions of a whole `python perf/python_calls.py contender calls` run."""
+    with tempfile.TemporaryDirectory(prefix="kvmap-callgrind-") as out:
+        dump = os.path.join(out, "cg.out")
+        subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=" + dump, python,
+                        os.path.join(os.path.dirname(os.path.abspath(__file__)), "python_calls.py"),
+                        contender, str(calls)],
+                       env=dict(env, PYTHONPATH=os.path.join(build, "python")), check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return parse_dump(dump)[1]
+
+
+def python_main(args, env):
+    """kvmap's Python call against raw functorch driven from Python, in instructions: each
+    contender run with 0 and with --python-calls calls, the difference divided by the calls."""
+    calls = 2000
+    contenders = ("direct", "raw functorch", "kvmap.vmap", "kvmap.map_batches")
+    per = {}
+    for c in contenders:
+        runs = [python_total(args.python, args.build, c, n, env) for n in (0, calls)]
+        per[c] = (runs[1] - runs[0]) / calls
+        print("%-20s %10.0f instructions per call" % (c, per[c]), flush=True)
+    extra = per["kvmap.vmap"] - per["raw functorch"]
+    print("kvmap.vmap - raw functorch: %+.0f instructions per call (batch 16, 1 process)" % extra)
+    machine = {"date": datetime.date.today().isoformat(), "host": platform.node(), "ranks": 1,
+               "python": args.python}
+    records = [{"scenario": "instructions_python", "case": "tanh(x@W).sum() n=16", "contender": c,
+                "instructions_per_call": per[c], "machine": machine} for c in contenders]
+    records.append({"scenario": "instructions_python", "case": "tanh(x@W).sum() n=16",
+                    "contender": "kvmap.vmap - raw functorch", "extra": extra, "machine": machine})
+    if args.json:
+        with open(args.json, "w") as f:
+            for r in records:
+                f.write(json.dumps(r) + "\n")
+        print("wrote", args.json)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default="build/default", help="kvmap build directory")
@@ -46,7 +88,12 @@ def main():
     ap.add_argument("--json", help="write JSON lines here")
     ap.add_argument("--keep", help="keep callgrind's dumps in this directory")
     ap.add_argument("--quick", action="store_true", help="batches 16 and 1,024 only")
+    ap.add_argument("--python", help="instead: kvmap's Python call against raw functorch driven "
+                    "from this Python (one process; --build's python/ package)")
     args = ap.parse_args()
+    if args.python:
+        env = dict(os.environ, OMP_NUM_THREADS="1", OMP_PROC_BIND="false", OMP_WAIT_POLICY="PASSIVE")
+        return python_main(args, env)
 
     perf = os.path.join(args.build, "perf", "kvmap-perf")
     valgrind = shutil.which("valgrind")

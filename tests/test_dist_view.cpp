@@ -1,5 +1,7 @@
 // DistView: factories, zero-copy adoption of Kokkos views and tensors, typed local views,
 // and the errors of bad input on every rank.
+#include <numeric>
+
 #include "support/kvmap_test.hpp"
 
 using namespace kvmap_test;
@@ -111,6 +113,28 @@ TEST_CASE("from_local adopts tensors without copying, any non-negative strides")
   CHECK(kvmap::stats().bytes_copied == 0);
 }
 
+TEST_CASE("from_local with a known layout adopts without gathering counts") {
+  const int P = nranks(), me = rank();
+  const std::int64_t n = 3 * P + 2;
+  const kvmap::Layout layout = kvmap::Layout::balanced({n, 4}, 0, P);
+  // Each rank's piece of arange(n * 4) by Heat's rule, computed here from n and P alone.
+  const std::int64_t c = n / P, r = n % P;
+  const std::int64_t count = c + (me < r ? 1 : 0), offset = me * c + std::min<std::int64_t>(me, r);
+  at::Tensor piece =
+      at::arange(offset * 4, (offset + count) * 4, on_device(at::kDouble)).reshape({count, 4});
+  kvmap::reset_stats();
+  auto d = View::from_local(piece, layout);
+  CHECK(kvmap::stats().bytes_copied == 0);
+  CHECK(d.local().data_ptr() == piece.data_ptr());
+  CHECK(d.layout() == layout);
+  CHECK(at::equal(d.allgather(), at::arange(n * 4, on_device(at::kDouble)).reshape({n, 4}).cpu()));
+  // The same DistView as from_local's gathered counts make.
+  CHECK(View::from_local(piece, 0).layout() == layout);
+  // Replicated: every rank holds the whole array.
+  at::Tensor whole = at::ones({2, 3}, on_device(at::kFloat));
+  CHECK(View::from_local(whole, kvmap::Layout::replicated({2, 3}, P)).split() == std::nullopt);
+}
+
 TEST_CASE("local_view checks dtype and rank") {
   auto d = View::zeros({6, 2}, DType::Float32, 0);
   CHECK_THROWS_WITH_AS((d.local_view<double**>()), doctest::Contains("float32"), kvmap::TypeError);
@@ -143,6 +167,28 @@ TEST_CASE("bad input raises on every rank with a clear message") {
           },
           {odd}, "dtype float32");
     }
+  }
+  SUBCASE("from_local with a layout: one rank's piece does not fit it") {
+    const kvmap::Layout layout = kvmap::Layout::balanced({2 * nranks(), 3}, 0, nranks());
+    expect_collective_error<kvmap::ValueError>(
+        [&] {
+          at::Tensor t = at::zeros({me == odd ? 3 : 2, 3}, on_device(at::kFloat));
+          View::from_local(t, layout);
+        },
+        {odd}, "but the layout gives it");
+  }
+  SUBCASE("from_local with a layout for another number of ranks") {
+    expect_collective_error<kvmap::ValueError>(
+        [&] {
+          View::from_local(at::zeros({2, 3}, on_device(at::kFloat)),
+                           kvmap::Layout::balanced({2, 3}, 0, nranks() + 1));
+        },
+        [] {
+          std::vector<int> all(nranks());
+          std::iota(all.begin(), all.end(), 0);
+          return all;
+        }(),
+        "the layout is for");
   }
   SUBCASE("from_local: split out of range on one rank") {
     expect_collective_error<kvmap::ValueError>(

@@ -198,6 +198,8 @@ TEST_CASE("factories, from_global, linalg and manual_seed: one fixed-size agreem
   CHECK(nrm == doctest::Approx(full.norm().item<double>()).epsilon(1e-12));
   // from_local needs every rank's count (data that really moves): reported, not fixed.
   measure("from_local", false, [&] { View::from_local(x.local(), 0); });
+  // With the layout known on every rank (balanced), nothing per rank travels.
+  measure("from_local(layout)", true, [&] { View::from_local(x.local(), x.layout()); });
 }
 
 TEST_CASE("balance, gather and scatter talk only to the ranks that hold data") {

@@ -243,6 +243,36 @@ DistView<M> DistView<M>::from_local(const at::Tensor& local, std::optional<int> 
 }
 
 template <class M>
+DistView<M> DistView<M>::from_local(const at::Tensor& local, const Layout& layout, Comm comm) {
+  struct Plan {
+    Impl::LocalBlock block;
+    DType dtype;
+  };
+  Impl::Collective<> call("DistView::from_local(layout)", comm);
+  std::optional<Plan> plan = call.plan([&](Impl::Signature& sig, Impl::NoPayload&) {
+    KVMAP_CHECK(local.defined(), ValueError,
+                "kvmap::DistView::from_local: the tensor is undefined");
+    const DType dtype = from_torch(local.scalar_type());
+    sig.arg("layout", layout).arg("dtype", dtype);
+    KVMAP_CHECK(layout.nranks() == comm.size(), ValueError,
+                "kvmap::DistView::from_local: the layout is for "
+                    << layout.nranks() << " ranks, the communicator has " << comm.size());
+    const Shape expected = layout.lshape(comm.rank());
+    KVMAP_CHECK(Shape(local.sizes().begin(), local.sizes().end()) == expected, ValueError,
+                "kvmap::DistView::from_local: rank "
+                    << comm.rank() << "'s tensor has shape "
+                    << to_string(Shape(local.sizes().begin(), local.sizes().end()))
+                    << ", but the layout gives it " << to_string(expected));
+    Impl::check_same_device(local, Impl::device_of<M>(), "kvmap::DistView::from_local: the tensor");
+    Impl::LocalBlock block = Impl::block_from_tensor(local);
+    Impl::checked_span_bytes(block.extents, block.strides, size_of(dtype));
+    return Plan{std::move(block), dtype};
+  });
+  call.agree();
+  return call.execute([&] { return DistView(layout, plan->dtype, comm, std::move(plan->block)); });
+}
+
+template <class M>
 at::Tensor DistView<M>::local() const {
   return Impl::tensor_from_block(block_, dtype_, Impl::device_of<M>());
 }

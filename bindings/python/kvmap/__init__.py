@@ -186,7 +186,8 @@ def from_heat(x):
     Zero copy: the DistView's shard is ``x.larray``'s storage, so writes on either side are
     seen by the other. The split axis, the per-rank counts (unbalanced and empty shards
     included) and the communicator are ``x``'s; ``x.split is None`` gives a replicated
-    DistView. Only shape metadata is exchanged.
+    DistView. A balanced or replicated DNDarray (Heat's ``balanced`` flag) costs one
+    fixed-size agreement; an unbalanced one's per-rank counts are gathered.
     """
     heat = _sys.modules.get("heat")  # a DNDarray exists only once Heat is imported
     if heat is None or not isinstance(x, heat.DNDarray):
@@ -195,6 +196,9 @@ def from_heat(x):
     if local.device.type != "cpu":
         raise ValueError("kvmap.from_heat: kvmap's Python DistViews live in host memory, but the "
                          "DNDarray is on %s (x.cpu() moves it)" % local.device)
+    if x.split is None or x.balanced:
+        # Heat's rule is kvmap's: every rank knows the layout, no count has to travel.
+        return _comms.remember(_kvmap._from_local_balanced(local, x.split, x.gshape, x.comm.handle), x.comm)
     view = _kvmap._from_local(local, x.split, x.comm.handle)
     if tuple(view.gshape) != tuple(x.gshape):  # the same on every rank
         raise ValueError("kvmap.from_heat: the DNDarray's local shards make up the shape %s, but its "

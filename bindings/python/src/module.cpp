@@ -451,6 +451,17 @@ PYBIND11_MODULE(_kvmap, m) {
     py::gil_scoped_release release;
     return PyDistView(View::from_local(t, s, c));
   });
+  // A shard of a balanced (split given) or replicated array of global shape `gshape`: every
+  // rank knows the layout, so no count is gathered (one fixed-size agreement).
+  m.def("_from_local_balanced", [](const at::Tensor& t, const py::object& split,
+                                   const kvmap::Shape& gshape, const py::object& comm) {
+    auto s = to_split(split);
+    auto c = to_comm(comm);
+    py::gil_scoped_release release;
+    const kvmap::Layout layout = s ? kvmap::Layout::balanced(gshape, s, c.size())
+                                   : kvmap::Layout::replicated(gshape, c.size());
+    return PyDistView(View::from_local(t, layout, c));
+  });
   m.def("_full", [](const kvmap::Shape& shape, double value, const py::object& dtype,
                     const py::object& split, const py::object& comm) {
     auto s = to_split(split);

@@ -235,7 +235,34 @@ def heat_cases():
     def expand(v):
         return torch.outer(v, v[:2])  # a per-sample matrix
 
+    # Heat's own test_vmap cases: x0 (5P, 10, 10) split 0 with x1 (10, 5P) split 1 (mapped
+    # along axis 1) or replicated (passed whole), keyword arguments, an int output.
+    x0 = ht.array(full_tensor(5 * P, 100, seed=43).reshape(5 * P, 10, 10), split=0)
+    x1_split = ht.array(full_tensor(10, 5 * P, seed=44), split=1)
+    x1_whole = ht.array(full_tensor(10, 5 * P, seed=44), split=None)
+    x0_64 = ht.array(full_tensor(5 * P, 100, torch.float64, seed=45).reshape(5 * P, 10, 10), split=0)
+    x1_64 = ht.array(full_tensor(10, 5 * P, torch.float64, seed=46), split=1)
+
+    def heat_a(x0, x1, k=2, scale=1e-2):
+        return torch.topk(torch.linalg.svdvals(x0), k)[0] ** 2, scale * x0 @ x1
+
+    def heat_b(x0, x1, k=2, scale=1e-2):
+        return torch.topk(torch.linalg.svdvals(x0), k)[0] ** 2, (scale * x0 @ x1).int()
+
+    def heat_c(x0, m=1, scale=2):
+        return (x0 - m) ** scale
+
     return [
+        ("Heat (a): split 0 and split 1 inputs", heat_a, (x0, x1_split), {"out_dims": 0}, {"k": 2, "scale": 2.2}),
+        ("Heat (b): a replicated input, out_dims (0, 1)", heat_b, (x0, x1_whole), {"out_dims": (0, 1)},
+         {"k": 2, "scale": 2.2}),
+        ("Heat (c): out_dims (0,)", heat_c, (x0,), {"out_dims": (0,)}, {"m": 2, "scale": 3}),
+        ("Heat chunks: x1 split 1, chunk_size 3", heat_a, (x0, x1_split), {"out_dims": (0, 0), "chunk_size": 3},
+         {"k": 2, "scale": -2.2}),
+        ("Heat chunks: x1 replicated, chunk_size 4", heat_a, (x0, x1_whole), {"out_dims": (0, 0), "chunk_size": 4},
+         {"k": 2, "scale": -2.2}),
+        ("Heat chunks: float64, chunk_size 2", heat_a, (x0_64, x1_64), {"out_dims": (0, 0), "chunk_size": 2},
+         {"k": 2, "scale": -2.2}),
         ("one input, one output", one, (b,), {}, {}),
         ("unbalanced, one empty shard", one, (x,), {}, {}),
         ("two inputs, two outputs", two_in_two_out, (x, y), {}, {}),
@@ -250,9 +277,14 @@ def heat_cases():
     ]
 
 
-@pytest.mark.parametrize("case", range(11))
+N_CASES = 17
+
+
+@pytest.mark.parametrize("case", range(N_CASES))
 def test_vmap_on_dndarrays_matches_heat_vmap(case):
-    name, f, args, options, kwargs = heat_cases()[case]
+    cases = heat_cases()
+    assert len(cases) == N_CASES
+    name, f, args, options, kwargs = cases[case]
     want = ht.vmap(f, **options)(*args, **kwargs)
     before = kvmap.stats()["bytes_copied"]
     got = kvmap.vmap(f, **options)(*args, **kwargs)

@@ -86,6 +86,11 @@ class DistView {
   }
   static DistView from_local(const at::Tensor& local, std::optional<int> split,
                              Comm comm = Comm::world());
+  // The same when every rank knows the layout (e.g. Layout::balanced): no rank's count has
+  // to travel, so the agreement is one fixed-size reduction instead of a gather. Each rank's
+  // piece must have layout.lshape(rank); the layout must be the same on every rank.
+  static DistView from_local(const at::Tensor& local, const Layout& layout,
+                             Comm comm = Comm::world());
   // Every rank holds the full tensor and keeps (a copy of) its slice.
   static DistView from_global(const at::Tensor& full, std::optional<int> split,
                               Comm comm = Comm::world());
