@@ -97,9 +97,10 @@ struct SquareSumsOf {
   }
 #if KVMAP_KOKKOS_VOLATILE_JOIN
   KOKKOS_INLINE_FUNCTION void join(volatile SquareSums& dst, const volatile SquareSums& src) const {
-    dst.small += src.small;
-    dst.medium += src.medium;
-    dst.big += src.big;
+    // (Assignments: a compound assignment to a volatile is deprecated in C++20.)
+    dst.small = dst.small + src.small;
+    dst.medium = dst.medium + src.medium;
+    dst.big = dst.big + src.big;
   }
 #endif
 };
