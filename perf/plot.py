@@ -168,6 +168,14 @@ def plot_scale(records, out):
     return path
 
 
+def rank_line(ax, i, ranks, chunk, pts, markers):
+    """One line of (batch, value) points for a rank count, chunked dashed (log x)."""
+    if pts:
+        ax.semilogx([p[0] for p in pts], [p[1] for p in pts], color="C%d" % i,
+                    marker=markers[i % len(markers)], linestyle="--" if chunk else "-",
+                    label="%d rank%s%s" % (ranks, "s" if ranks > 1 else "", ", chunk %d" % chunk if chunk else ""))
+
+
 def plot_heat_vs_kvmap(records, out):
     """perf/heat_vs_kvmap.py: time per call and Heat/kvmap vs the local batch."""
     rows = [r for r in records if r["scenario"] == "heat_vs_kvmap" and "median_s" in r]
@@ -201,11 +209,7 @@ def plot_heat_vs_kvmap(records, out):
                          for (name, n, c, b) in medians
                          if name == "heat.vmap" and n == ranks and c == chunk
                          and ("kvmap.vmap", n, c, b) in medians)
-            if pts:
-                ax2.semilogx([p[0] for p in pts], [p[1] for p in pts], color="C%d" % i,
-                             marker=markers[i % len(markers)], linestyle="--" if chunk else "-",
-                             label="%d rank%s%s" % (ranks, "s" if ranks > 1 else "",
-                                                    ", chunk %d" % chunk if chunk else ""))
+            rank_line(ax2, i, ranks, chunk, pts, markers)
     ax2.axhline(3.0, color="gray", linestyle=":", label="3x")
     ax2.axhline(1.0, color="black", linewidth=0.8)
     ax2.set_ylim(bottom=0)
@@ -220,12 +224,7 @@ def plot_heat_vs_kvmap(records, out):
             pts = sorted((r["batch"], r["extra_median_s"] * 1e6) for r in extra
                          if r["ranks"] == ranks and (r["chunk_size"] or 0) == chunk
                          and r["batch"] <= 1024)
-            if not pts:
-                continue
-            ax3.semilogx([p[0] for p in pts], [p[1] for p in pts], color="C%d" % i,
-                         marker=markers[i % len(markers)], linestyle="--" if chunk else "-",
-                         label="%d rank%s%s" % (ranks, "s" if ranks > 1 else "",
-                                                ", chunk %d" % chunk if chunk else ""))
+            rank_line(ax3, i, ranks, chunk, pts, markers)
     ax3.axhline(3.0, color="gray", linestyle=":", label="3 us")
     ax3.axhline(0.0, color="black", linewidth=0.8)
     ax3.set_xlabel("local batch (samples per rank)")

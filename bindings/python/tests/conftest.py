@@ -25,3 +25,16 @@ def loop_reference(func, mapped, in_dims, out_dims, **kwargs):
         outs.append(r if isinstance(r, tuple) else (r,))
     dims = out_dims if isinstance(out_dims, (tuple, list)) else (out_dims,) * len(outs[0])
     return tuple(torch.stack([o[k] for o in outs], dim=dims[k]) for k in range(len(outs[0])))
+
+
+# The functions of Heat's own vmap tests (heat/core/tests/test_vmap.py).
+def F(x0, x1, k=2, scale=1e-2):
+    return torch.topk(torch.linalg.svdvals(x0), k)[0] ** 2, scale * x0 @ x1
+
+
+def Fi(x0, x1, k=2, scale=1e-2):
+    return torch.topk(torch.linalg.svdvals(x0), k)[0] ** 2, (scale * x0 @ x1).int()
+
+
+def G(x0, m=1, scale=2):
+    return (x0 - m) ** scale

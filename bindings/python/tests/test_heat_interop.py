@@ -4,7 +4,7 @@ import torch
 from mpi4py import MPI
 
 import kvmap
-from conftest import loop_reference
+from conftest import F, Fi, G, loop_reference
 
 ht = pytest.importorskip("heat")
 
@@ -243,25 +243,16 @@ def heat_cases():
     x0_64 = ht.array(full_tensor(5 * P, 100, torch.float64, seed=45).reshape(5 * P, 10, 10), split=0)
     x1_64 = ht.array(full_tensor(10, 5 * P, torch.float64, seed=46), split=1)
 
-    def heat_a(x0, x1, k=2, scale=1e-2):
-        return torch.topk(torch.linalg.svdvals(x0), k)[0] ** 2, scale * x0 @ x1
-
-    def heat_b(x0, x1, k=2, scale=1e-2):
-        return torch.topk(torch.linalg.svdvals(x0), k)[0] ** 2, (scale * x0 @ x1).int()
-
-    def heat_c(x0, m=1, scale=2):
-        return (x0 - m) ** scale
-
     return [
-        ("Heat (a): split 0 and split 1 inputs", heat_a, (x0, x1_split), {"out_dims": 0}, {"k": 2, "scale": 2.2}),
-        ("Heat (b): a replicated input, out_dims (0, 1)", heat_b, (x0, x1_whole), {"out_dims": (0, 1)},
+        ("Heat (a): split 0 and split 1 inputs", F, (x0, x1_split), {"out_dims": 0}, {"k": 2, "scale": 2.2}),
+        ("Heat (b): a replicated input, out_dims (0, 1)", Fi, (x0, x1_whole), {"out_dims": (0, 1)},
          {"k": 2, "scale": 2.2}),
-        ("Heat (c): out_dims (0,)", heat_c, (x0,), {"out_dims": (0,)}, {"m": 2, "scale": 3}),
-        ("Heat chunks: x1 split 1, chunk_size 3", heat_a, (x0, x1_split), {"out_dims": (0, 0), "chunk_size": 3},
+        ("Heat (c): out_dims (0,)", G, (x0,), {"out_dims": (0,)}, {"m": 2, "scale": 3}),
+        ("Heat chunks: x1 split 1, chunk_size 3", F, (x0, x1_split), {"out_dims": (0, 0), "chunk_size": 3},
          {"k": 2, "scale": -2.2}),
-        ("Heat chunks: x1 replicated, chunk_size 4", heat_a, (x0, x1_whole), {"out_dims": (0, 0), "chunk_size": 4},
+        ("Heat chunks: x1 replicated, chunk_size 4", F, (x0, x1_whole), {"out_dims": (0, 0), "chunk_size": 4},
          {"k": 2, "scale": -2.2}),
-        ("Heat chunks: float64, chunk_size 2", heat_a, (x0_64, x1_64), {"out_dims": (0, 0), "chunk_size": 2},
+        ("Heat chunks: float64, chunk_size 2", F, (x0_64, x1_64), {"out_dims": (0, 0), "chunk_size": 2},
          {"k": 2, "scale": -2.2}),
         ("one input, one output", one, (b,), {}, {}),
         ("unbalanced, one empty shard", one, (x,), {}, {}),

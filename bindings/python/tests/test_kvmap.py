@@ -7,7 +7,7 @@ import torch
 from mpi4py import MPI
 
 import kvmap
-from conftest import gathered, loop_reference
+from conftest import F, Fi, G, gathered, loop_reference
 
 P = MPI.COMM_WORLD.size
 ME = MPI.COMM_WORLD.rank
@@ -17,17 +17,6 @@ DTYPES = [torch.float32, torch.float64]
 def tol(dtype):
     return dict(rtol=1e-4, atol=1e-4) if dtype == torch.float32 else dict(rtol=1e-9, atol=1e-9)
 
-
-def F(x0, x1, k=2, scale=1e-2):
-    return torch.topk(torch.linalg.svdvals(x0), k)[0] ** 2, scale * x0 @ x1
-
-
-def Fi(x0, x1, k=2, scale=1e-2):
-    return torch.topk(torch.linalg.svdvals(x0), k)[0] ** 2, (scale * x0 @ x1).int()
-
-
-def G(x0, m=1, scale=2):
-    return (x0 - m) ** scale
 
 
 def randn(*shape, dtype, seed):
