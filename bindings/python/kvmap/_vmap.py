@@ -2,7 +2,7 @@
 that are already batch-aware; both run kvmap's one C++ scheduler."""
 import sys as _sys
 
-from . import _kvmap
+from . import _kvmap, from_heat  # (kvmap/__init__.py defines from_heat before importing this)
 
 _RANDOMNESS = ("error", "same", "different")
 
@@ -45,7 +45,7 @@ def _foreign_call(mapped, args, kwargs):
         if isinstance(a, _kvmap.DistView):
             views.append(a)
         elif dndarray and isinstance(a, dndarray):
-            views.append(_kvmap_module().from_heat(a))
+            views.append(from_heat(a))
             any_heat = True
         else:
             raise TypeError("%s: positional argument %d must be a kvmap.DistView or a heat.DNDarray, "
@@ -54,10 +54,6 @@ def _foreign_call(mapped, args, kwargs):
     if not any_heat:
         return outputs
     return tuple(o.to_heat() for o in outputs)
-
-
-def _kvmap_module():
-    return _sys.modules["kvmap"]
 
 
 _kvmap._set_foreign_call(_foreign_call)
