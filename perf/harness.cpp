@@ -19,6 +19,7 @@
 #include "kvmap/config.hpp"
 #include "kvmap/kvmap.hpp"
 #include "kvmap/tensor_bridge.hpp"
+#include "detail/tensor_bridge.hpp"
 
 namespace kvmap_perf {
 

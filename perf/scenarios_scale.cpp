@@ -11,6 +11,7 @@
 
 #include "harness.hpp"
 #include "kvmap/kvmap.hpp"
+#include "detail/testing.hpp"
 
 namespace kvmap_perf {
 

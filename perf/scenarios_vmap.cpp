@@ -9,7 +9,7 @@
 #endif
 
 #include "harness.hpp"
-#include "kvmap/impl/torch_compat.hpp"
+#include "detail/torch_compat.hpp"
 #include "kvmap/kvmap.hpp"
 
 namespace kvmap_perf {

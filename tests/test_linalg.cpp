@@ -1,6 +1,7 @@
 // linalg::dot and nrm2 across ranks: every rank's part is summed exactly, so the result is
 // the correctly rounded sum of the parts whatever MPI's reduction order, the same bits on every
-// rank; and nrm2's one pass neither over- nor underflows.
+// rank; nrm2's one pass neither over- nor underflows; and dot, nrm2, axpby against torch on
+// the gathered arrays.
 #include "support/kvmap_test.hpp"
 
 #include <cmath>
@@ -70,4 +71,71 @@ TEST_CASE("nrm2: huge and tiny elements on different ranks, one pass, no overflo
         doctest::Approx(std::sqrt(P * (f3 * f3 + f4 * f4))).epsilon(1e-14));
   const double n = kvmap::linalg::nrm2(x);
   for (double v : world().allgather(n)) CHECK(std::memcmp(&v, &n, sizeof n) == 0);
+}
+
+TEST_CASE("linalg: dot, nrm2, axpby against torch on the gathered arrays") {
+  const int me = rank(), P = nranks();
+  for (at::ScalarType type : {at::kFloat, at::kDouble}) {
+    const at::Tensor xf = on_device(
+        at::randn({5 * P + 3, 4}, at::detail::createCPUGenerator(31), at::kDouble).to(type));
+    const at::Tensor yf = on_device(
+        at::randn({5 * P + 3, 4}, at::detail::createCPUGenerator(32), at::kDouble).to(type));
+    auto x = View::from_global(xf, 0);
+    auto y = View::from_global(yf, 0);
+    const double tol = type == at::kFloat ? 1e-4 : 1e-12;
+    CHECK(kvmap::linalg::dot(x, y) ==
+          doctest::Approx((xf.to(at::kDouble) * yf.to(at::kDouble)).sum().item<double>())
+              .epsilon(tol));
+    CHECK(kvmap::linalg::nrm2(x) ==
+          doctest::Approx(xf.to(at::kDouble).norm().item<double>()).epsilon(tol));
+    // The same value on every rank, bit for bit.
+    const double d = kvmap::linalg::dot(x, y);
+    for (double v : world().allgather(d)) CHECK(v == d);
+    kvmap::linalg::axpby(2.0, x, -0.5, y);
+    CHECK(at::allclose(y.allgather(), 2.0 * xf - 0.5 * yf, tol, tol));
+    auto v1 = View::from_global(xf.select(1, 0).contiguous(), 0);
+    CHECK(kvmap::linalg::nrm2(v1) ==
+          doctest::Approx(xf.select(1, 0).to(at::kDouble).norm().item<double>()).epsilon(tol));
+  }
+  // nrm2 where squaring would over- or underflow: the reference scales in plain arithmetic
+  // (every element is c times a small integer, so the norm is c times the integers' norm).
+  for (double c : {1e200, 1e-200, 1e30}) {
+    for (at::ScalarType type : {at::kDouble, at::kFloat}) {
+      if (type == at::kFloat && c != 1e30) continue;
+      const at::Tensor ints = (at::arange(3 * P + 2, on_device(at::kDouble)).remainder(5) + 1);
+      auto x = View::from_global((ints * c).to(type), 0);
+      // float32: the rounded elements' norm in float64, where their squares fit.
+      const double expect = type == at::kFloat
+                                ? (ints * c).to(type).to(at::kDouble).norm().item<double>()
+                                : c * ints.norm().item<double>();
+      INFO("scale " << c << " dtype " << at::toString(type));
+      CHECK(kvmap::linalg::nrm2(x) == doctest::Approx(expect).epsilon(1e-12));
+    }
+  }
+  auto zeros = View::zeros({2 * P + 1}, DType::Float64, 0);
+  CHECK(kvmap::linalg::nrm2(zeros) == 0.0);
+  auto with_inf = View::from_global(
+      at::tensor({1.0, std::numeric_limits<double>::infinity(), 2.0}, at::kDouble).to(device()), 0);
+  CHECK(std::isinf(kvmap::linalg::nrm2(with_inf)));
+  // inf on one rank next to huge values on another: still inf (rescaling must not make NaN).
+  auto inf_and_huge = View::from_global(
+      at::tensor({std::numeric_limits<double>::infinity(), 1e300, 1e300, 1e300}, at::kDouble)
+          .to(device()),
+      0);
+  CHECK(std::isinf(kvmap::linalg::nrm2(inf_and_huge)));
+  auto with_nan = View::from_global(
+      at::tensor({1.0, std::numeric_limits<double>::quiet_NaN(), 2.0}, at::kDouble).to(device()),
+      0);
+  CHECK(std::isnan(kvmap::linalg::nrm2(with_nan)));
+  // Bad input is detected on every rank.
+  auto a = View::zeros({6}, DType::Float64, 0);
+  auto b = View::zeros({7}, DType::Float64, 0);
+  std::vector<int> everyone;
+  for (int r = 0; r < P; ++r) everyone.push_back(r);
+  expect_collective_error<kvmap::ValueError>([&] { kvmap::linalg::dot(a, b); }, everyone,
+                                             "equal layouts");
+  auto i = View::zeros({6}, DType::Int32, 0);
+  expect_collective_error<kvmap::TypeError>([&] { kvmap::linalg::nrm2(i); }, everyone,
+                                            "float32 or float64");
+  (void)me;
 }

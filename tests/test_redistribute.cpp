@@ -1,9 +1,9 @@
 // Redistribution round trips (bit-exact for every dtype), empty shards, many ranks of
-// dimensions, the large-count path, and process-count-invariant random arrays.
+// dimensions, the large-count path, staging through host buffers, and the copies of
+// unchanged layouts. (Random arrays: test_random.cpp; linalg: test_linalg.cpp.)
 #include "support/kvmap_test.hpp"
-
-#include <cmath>
-#include <limits>
+#include "detail/comm.hpp"
+#include "detail/testing.hpp"
 
 #include <mpi.h>
 
@@ -208,63 +208,6 @@ TEST_CASE(
   kvmap::Impl::set_mpi_count_limit(saved);
 }
 
-TEST_CASE("random arrays do not depend on the number of ranks") {
-  for (DType dt : {DType::Float32, DType::Float64}) {
-    INFO("dtype " << kvmap::name(dt));
-    const at::Tensor u =
-        kvmap::random::uniform<TestMemSpace>({37, 3}, dt, 0, world(), 1234).allgather();
-    const at::Tensor n =
-        kvmap::random::normal<TestMemSpace>({37, 3}, dt, 1, world(), 99).allgather();
-    // The same arrays built by every prefix sub-communicator {0..k-1}, k = 1..P.
-    for_each_prefix_comm([&](const kvmap::Comm& sub) {
-      CHECK(bit_equal(kvmap::random::uniform<TestMemSpace>({37, 3}, dt, 1, sub, 1234).allgather(),
-                      u));
-      CHECK(bit_equal(kvmap::random::normal<TestMemSpace>({37, 3}, dt, 0, sub, 99).allgather(), n));
-    });
-    CHECK(u.min().item<double>() >= 0.0);
-    CHECK(u.max().item<double>() < 1.0);
-    CHECK_FALSE(bit_equal(
-        u, kvmap::random::uniform<TestMemSpace>({37, 3}, dt, 0, world(), 1235).allgather()));
-  }
-  // Moments of a large sample.
-  const at::Tensor big =
-      kvmap::random::uniform<TestMemSpace>({200000}, DType::Float64, 0, world(), 7).allgather();
-  CHECK(big.mean().item<double>() == doctest::Approx(0.5).epsilon(0.01));
-  CHECK(big.var().item<double>() == doctest::Approx(1.0 / 12).epsilon(0.02));
-  const at::Tensor gauss =
-      kvmap::random::normal<TestMemSpace>({200000}, DType::Float64, 0, world(), 8).allgather();
-  CHECK(std::abs(gauss.mean().item<double>()) < 0.01);
-  CHECK(gauss.std().item<double>() == doctest::Approx(1.0).epsilon(0.01));
-  // Unseeded calls draw fresh streams, identically on every rank after manual_seed.
-  kvmap::manual_seed(5);
-  const at::Tensor first = kvmap::random::uniform<TestMemSpace>({8}, DType::Float64, 0).allgather();
-  const at::Tensor second =
-      kvmap::random::uniform<TestMemSpace>({8}, DType::Float64, 0).allgather();
-  CHECK_FALSE(bit_equal(first, second));
-  kvmap::manual_seed(5);
-  CHECK(bit_equal(kvmap::random::uniform<TestMemSpace>({8}, DType::Float64, 0).allgather(), first));
-  CHECK_THROWS_AS(kvmap::random::uniform<TestMemSpace>({8}, DType::Int32, 0), kvmap::TypeError);
-}
-
-TEST_CASE("Philox4x32-10 matches the published known-answer vectors") {
-  using kvmap::Impl::philox4x32;
-  auto r0 = philox4x32(0, 0, 0);
-  CHECK(r0.v[0] == 0x6627e8d5u);
-  CHECK(r0.v[1] == 0xe169c58du);
-  CHECK(r0.v[2] == 0xbc57ac4cu);
-  CHECK(r0.v[3] == 0x9b00dbd8u);
-  auto r1 = philox4x32(~0ull, ~0ull, ~0ull);
-  CHECK(r1.v[0] == 0x408f276du);
-  CHECK(r1.v[1] == 0x41c83b0eu);
-  CHECK(r1.v[2] == 0xa20bc7c6u);
-  CHECK(r1.v[3] == 0x6d5451fdu);
-  auto r2 = philox4x32(0x85a308d3243f6a88ull, 0x0370734413198a2eull, 0x299f31d0a4093822ull);
-  CHECK(r2.v[0] == 0xd16cfe09u);
-  CHECK(r2.v[1] == 0x94fdccebu);
-  CHECK(r2.v[2] == 0x5001e420u);
-  CHECK(r2.v[3] == 0x24126ea1u);
-}
-
 TEST_CASE("redistribution counts the bytes it copies") {
   kvmap::reset_stats();
   auto a = View::zeros({8, 4}, DType::Float64, 0);
@@ -321,71 +264,4 @@ TEST_CASE("unchanged layouts: resplit, balance and redistribute return arrays of
       CHECK(bit_equal(x.allgather(), full));
     }
   }
-}
-
-TEST_CASE("linalg: dot, nrm2, axpby against torch on the gathered arrays") {
-  const int me = rank(), P = nranks();
-  for (at::ScalarType type : {at::kFloat, at::kDouble}) {
-    const at::Tensor xf = on_device(
-        at::randn({5 * P + 3, 4}, at::detail::createCPUGenerator(31), at::kDouble).to(type));
-    const at::Tensor yf = on_device(
-        at::randn({5 * P + 3, 4}, at::detail::createCPUGenerator(32), at::kDouble).to(type));
-    auto x = View::from_global(xf, 0);
-    auto y = View::from_global(yf, 0);
-    const double tol = type == at::kFloat ? 1e-4 : 1e-12;
-    CHECK(kvmap::linalg::dot(x, y) ==
-          doctest::Approx((xf.to(at::kDouble) * yf.to(at::kDouble)).sum().item<double>())
-              .epsilon(tol));
-    CHECK(kvmap::linalg::nrm2(x) ==
-          doctest::Approx(xf.to(at::kDouble).norm().item<double>()).epsilon(tol));
-    // The same value on every rank, bit for bit.
-    const double d = kvmap::linalg::dot(x, y);
-    for (double v : world().allgather(d)) CHECK(v == d);
-    kvmap::linalg::axpby(2.0, x, -0.5, y);
-    CHECK(at::allclose(y.allgather(), 2.0 * xf - 0.5 * yf, tol, tol));
-    auto v1 = View::from_global(xf.select(1, 0).contiguous(), 0);
-    CHECK(kvmap::linalg::nrm2(v1) ==
-          doctest::Approx(xf.select(1, 0).to(at::kDouble).norm().item<double>()).epsilon(tol));
-  }
-  // nrm2 where squaring would over- or underflow: the reference scales in plain arithmetic
-  // (every element is c times a small integer, so the norm is c times the integers' norm).
-  for (double c : {1e200, 1e-200, 1e30}) {
-    for (at::ScalarType type : {at::kDouble, at::kFloat}) {
-      if (type == at::kFloat && c != 1e30) continue;
-      const at::Tensor ints = (at::arange(3 * P + 2, on_device(at::kDouble)).remainder(5) + 1);
-      auto x = View::from_global((ints * c).to(type), 0);
-      // float32: the rounded elements' norm in float64, where their squares fit.
-      const double expect = type == at::kFloat
-                                ? (ints * c).to(type).to(at::kDouble).norm().item<double>()
-                                : c * ints.norm().item<double>();
-      INFO("scale " << c << " dtype " << at::toString(type));
-      CHECK(kvmap::linalg::nrm2(x) == doctest::Approx(expect).epsilon(1e-12));
-    }
-  }
-  auto zeros = View::zeros({2 * P + 1}, DType::Float64, 0);
-  CHECK(kvmap::linalg::nrm2(zeros) == 0.0);
-  auto with_inf = View::from_global(
-      at::tensor({1.0, std::numeric_limits<double>::infinity(), 2.0}, at::kDouble).to(device()), 0);
-  CHECK(std::isinf(kvmap::linalg::nrm2(with_inf)));
-  // inf on one rank next to huge values on another: still inf (rescaling must not make NaN).
-  auto inf_and_huge = View::from_global(
-      at::tensor({std::numeric_limits<double>::infinity(), 1e300, 1e300, 1e300}, at::kDouble)
-          .to(device()),
-      0);
-  CHECK(std::isinf(kvmap::linalg::nrm2(inf_and_huge)));
-  auto with_nan = View::from_global(
-      at::tensor({1.0, std::numeric_limits<double>::quiet_NaN(), 2.0}, at::kDouble).to(device()),
-      0);
-  CHECK(std::isnan(kvmap::linalg::nrm2(with_nan)));
-  // Bad input is detected on every rank.
-  auto a = View::zeros({6}, DType::Float64, 0);
-  auto b = View::zeros({7}, DType::Float64, 0);
-  std::vector<int> everyone;
-  for (int r = 0; r < P; ++r) everyone.push_back(r);
-  expect_collective_error<kvmap::ValueError>([&] { kvmap::linalg::dot(a, b); }, everyone,
-                                             "equal layouts");
-  auto i = View::zeros({6}, DType::Int32, 0);
-  expect_collective_error<kvmap::TypeError>([&] { kvmap::linalg::nrm2(i); }, everyone,
-                                            "float32 or float64");
-  (void)me;
 }

@@ -8,8 +8,11 @@
 #include <mutex>
 #include <random>
 
-#include "kvmap/impl/fault_injection.hpp"
+#include "detail/fault_injection.hpp"
 #include "support/entry_points.hpp"
+#include "detail/comm.hpp"
+#include "detail/testing.hpp"
+#include "detail/local_block.hpp"
 
 #include <sys/resource.h>
 #include <cmath>

@@ -13,11 +13,14 @@
 #endif
 
 #include "kvmap/error.hpp"
-#include "kvmap/impl/fault_injection.hpp"
+#include "detail/fault_injection.hpp"
 #include "kvmap/impl/kokkos_compat.hpp"
 #include "kvmap/impl/local_block.hpp"
 #include "kvmap/layout.hpp"
 #include "kvmap/stats.hpp"
+#include "detail/stats.hpp"
+#include "detail/local_block.hpp"
+#include "detail/allocation.hpp"
 
 namespace kvmap::Impl {
 

@@ -1,21 +1,15 @@
-#include "collective.hpp"
+#include "detail/collective.hpp"
 
 #include <cstdio>
 #include <sstream>
 
 #include "kvmap/error.hpp"
 
+#include "detail/hash.hpp"
+
 namespace kvmap::Impl {
 
-namespace {
-std::uint64_t hash_text(std::uint64_t h, const char* s) {
-  for (; *s != '\0'; ++s) h = (h ^ static_cast<unsigned char>(*s)) * 1099511628211ull;  // FNV-1a
-  return h;
-}
-}  // namespace
-
-Signature::Signature(const char* op, const Comm& comm)
-    : op_(op), hash_(hash_text(1469598103934665603ull, op)) {
+Signature::Signature(const char* op, const Comm& comm) : op_(op), hash_(fnv1a(kFnvOffset, op)) {
   arg("comm", comm);
 }
 
@@ -89,7 +83,7 @@ Signature& Signature::arg(const char* name, const Comm& comm) {
 }
 
 Signature& Signature::text(const char* name, const char* literal) {
-  push(name, Kind::Text, hash_text(1469598103934665603ull, literal)).text = literal;
+  push(name, Kind::Text, fnv1a(kFnvOffset, literal)).text = literal;
   return *this;
 }
 

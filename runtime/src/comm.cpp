@@ -10,6 +10,9 @@
 
 #include "kvmap/config.hpp"
 #include "kvmap/stats.hpp"
+#include "detail/comm.hpp"
+#include "detail/testing.hpp"
+#include "detail/stats.hpp"
 
 namespace kvmap {
 
@@ -36,21 +39,17 @@ void require_mpi() {
 }
 
 MPI_Datatype mpi_type(DType dtype) {
+  MPI_Datatype type = MPI_DATATYPE_NULL;
   switch (dtype) {
-    case DType::Bool: return MPI_C_BOOL;
-    case DType::UInt8: return MPI_UINT8_T;
-    case DType::Int8: return MPI_INT8_T;
-    case DType::Int16: return MPI_INT16_T;
-    case DType::Int32: return MPI_INT32_T;
-    case DType::Int64: return MPI_INT64_T;
-    case DType::Float32: return MPI_FLOAT;
-    case DType::Float64: return MPI_DOUBLE;
-    case DType::Complex64: return MPI_C_FLOAT_COMPLEX;
-    case DType::Complex128: return MPI_C_DOUBLE_COMPLEX;
-    case DType::Float16:
-    case DType::BFloat16: break;
+#define KVMAP_DTYPE_TO_MPI(E, name, T, torch_type, mpi_type) \
+  case DType::E: type = mpi_type; break;
+    KVMAP_FOR_EACH_DTYPE(KVMAP_DTYPE_TO_MPI)
+#undef KVMAP_DTYPE_TO_MPI
   }
-  throw TypeError(std::string("kvmap: MPI reductions do not support dtype ") + name(dtype));
+  if (type == MPI_DATATYPE_NULL) {
+    throw TypeError(std::string("kvmap: MPI reductions do not support dtype ") + name(dtype));
+  }
+  return type;
 }
 
 bool fits(std::size_t n) {
@@ -152,6 +151,10 @@ bool Comm::emulated() const {
 }
 
 namespace Impl {
+Comm CommAccess::make(std::shared_ptr<Comm::Handle> handle) {
+  return Comm(std::move(handle));
+}
+
 Comm emulated_comm(int rank, int size) {
   KVMAP_CHECK(size >= 1 && rank >= 0 && rank < size, ValueError,
               "kvmap: an emulated communicator needs 0 <= rank < size, got rank " << rank << " of "
@@ -163,7 +166,7 @@ Comm emulated_comm(int rank, int size) {
     std::lock_guard<std::mutex> lock(g_registry_mutex);
     h->id = ++g_last_id;
   }
-  return Comm(std::move(h));
+  return CommAccess::make(std::move(h));
 }
 }  // namespace Impl
 

@@ -9,8 +9,11 @@
 #include "kvmap/stats.hpp"
 #include "kvmap/tensor_bridge.hpp"
 
-#include "collective.hpp"
-#include "dist_view_access.hpp"
+#include "detail/collective.hpp"
+#include "detail/dist_view_access.hpp"
+#include "detail/local_block.hpp"
+#include "detail/tensor_bridge.hpp"
+#include "detail/hash.hpp"
 
 namespace kvmap {
 
@@ -56,18 +59,18 @@ void check_local_view(DType have, DType want, const LocalBlock& block, int rank,
 
 template <class M>
 DistView<M> DistView<M>::create(const char* site, Shape gshape, DType dtype,
-                                std::optional<int> split, Comm comm, int fill, double value) {
+                                std::optional<int> split, Comm comm, Fill fill, double value) {
   return Impl::new_balanced<M>(
       site, gshape, dtype, split, comm,
       [&](Impl::Signature& sig) {
-        if (fill == 2) sig.arg("value", value);
+        if (fill == Fill::Value) sig.arg("value", value);
       },
       [&](DistView& view) {
-        if (fill == 0) return;
+        if (fill == Fill::Nothing) return;
         at::Tensor t = view.local();
-        if (fill == 1) t.zero_();
-        if (fill == 2) t.fill_(value);
-        if (fill == 3) {
+        if (fill == Fill::Zeros) t.zero_();
+        if (fill == Fill::Value) t.fill_(value);
+        if (fill == Fill::GlobalIndex) {
           const std::int64_t off = view.split() ? view.layout().offset(comm.rank()) : 0;
           at::arange_out(t, off, off + t.numel(), 1);
         }
@@ -76,23 +79,27 @@ DistView<M> DistView<M>::create(const char* site, Shape gshape, DType dtype,
 
 template <class M>
 DistView<M> DistView<M>::empty(Shape gshape, DType dtype, std::optional<int> split, Comm comm) {
-  return create("DistView::empty", std::move(gshape), dtype, split, std::move(comm), 0, 0.0);
+  return create("DistView::empty", std::move(gshape), dtype, split, std::move(comm), Fill::Nothing,
+                0.0);
 }
 
 template <class M>
 DistView<M> DistView<M>::zeros(Shape gshape, DType dtype, std::optional<int> split, Comm comm) {
-  return create("DistView::zeros", std::move(gshape), dtype, split, std::move(comm), 1, 0.0);
+  return create("DistView::zeros", std::move(gshape), dtype, split, std::move(comm), Fill::Zeros,
+                0.0);
 }
 
 template <class M>
 DistView<M> DistView<M>::full(Shape gshape, double value, DType dtype, std::optional<int> split,
                               Comm comm) {
-  return create("DistView::full", std::move(gshape), dtype, split, std::move(comm), 2, value);
+  return create("DistView::full", std::move(gshape), dtype, split, std::move(comm), Fill::Value,
+                value);
 }
 
 template <class M>
 DistView<M> DistView<M>::arange(std::int64_t n, DType dtype, std::optional<int> split, Comm comm) {
-  return create("DistView::arange", Shape{n}, dtype, split, std::move(comm), 3, 0.0);
+  return create("DistView::arange", Shape{n}, dtype, split, std::move(comm), Fill::GlobalIndex,
+                0.0);
 }
 
 namespace {

@@ -4,49 +4,37 @@
 
 namespace kvmap {
 
+namespace Impl {
+void throw_invalid_dtype(DType dtype) {
+  throw ValueError("kvmap: invalid DType " + std::to_string(static_cast<int>(dtype)));
+}
+}  // namespace Impl
+
 std::size_t size_of(DType dtype) {
-  switch (dtype) {
-    case DType::Bool:
-    case DType::UInt8:
-    case DType::Int8: return 1;
-    case DType::Int16:
-    case DType::Float16:
-    case DType::BFloat16: return 2;
-    case DType::Int32:
-    case DType::Float32: return 4;
-    case DType::Int64:
-    case DType::Float64:
-    case DType::Complex64: return 8;
-    case DType::Complex128: return 16;
-  }
-  throw ValueError("kvmap::size_of: invalid DType " + std::to_string(static_cast<int>(dtype)));
+  return visit(dtype, [](auto tag) { return sizeof(typename decltype(tag)::type); });
 }
 
 const char* name(DType dtype) {
   switch (dtype) {
-    case DType::Bool: return "bool";
-    case DType::UInt8: return "uint8";
-    case DType::Int8: return "int8";
-    case DType::Int16: return "int16";
-    case DType::Int32: return "int32";
-    case DType::Int64: return "int64";
-    case DType::Float16: return "float16";
-    case DType::BFloat16: return "bfloat16";
-    case DType::Float32: return "float32";
-    case DType::Float64: return "float64";
-    case DType::Complex64: return "complex64";
-    case DType::Complex128: return "complex128";
+#define KVMAP_DTYPE_NAME(E, name, T, torch_type, mpi_type) \
+  case DType::E: return name;
+    KVMAP_FOR_EACH_DTYPE(KVMAP_DTYPE_NAME)
+#undef KVMAP_DTYPE_NAME
   }
   return "invalid";
 }
 
 bool is_floating_point(DType dtype) {
-  return dtype == DType::Float16 || dtype == DType::BFloat16 || dtype == DType::Float32 ||
-         dtype == DType::Float64;
+  return visit(dtype, [](auto tag) {
+    using T = typename decltype(tag)::type;
+    return std::is_floating_point_v<T> || std::is_same_v<T, float16_bits> ||
+           std::is_same_v<T, bfloat16_bits>;
+  });
 }
 
 bool is_complex(DType dtype) {
-  return dtype == DType::Complex64 || dtype == DType::Complex128;
+  return visit(dtype,
+               [](auto tag) { return Impl::is_complex_like<typename decltype(tag)::type>::value; });
 }
 
 DType dtype_from_int(int value) {

@@ -1,4 +1,4 @@
-#include "kvmap/impl/fault_injection.hpp"
+#include "detail/fault_injection.hpp"
 
 #include <atomic>
 #include <mutex>

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "kvmap/error.hpp"
+#include "detail/hash.hpp"
 
 namespace kvmap {
 

@@ -9,8 +9,9 @@
 
 #include "kvmap/error.hpp"
 
-#include "collective.hpp"
-#include "exact_sum.hpp"
+#include "detail/collective.hpp"
+#include "detail/exact_sum.hpp"
+#include "detail/local_block.hpp"
 
 namespace kvmap::linalg {
 

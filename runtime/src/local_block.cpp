@@ -1,5 +1,6 @@
-#include "kvmap/impl/local_block.hpp"
+#include "detail/local_block.hpp"
 
+#include <cstdint>
 #include <limits>
 
 #include "kvmap/error.hpp"
@@ -32,23 +33,34 @@ std::size_t checked_span_bytes(const std::vector<std::int64_t>& extents,
                 "kvmap: negative stride " << strides[d] << " in strides " << to_string(strides)
                                           << " (only non-negative strides are supported)");
   }
-  for (std::int64_t e : extents) {
-    if (e == 0) return 0;
-  }
-  // Largest element offset = sum (extent - 1) * stride, computed without overflow.
-  constexpr std::uint64_t kMax = std::numeric_limits<std::int64_t>::max();
-  std::uint64_t last = 0;
-  for (std::size_t d = 0; d < extents.size(); ++d) {
-    const auto e = static_cast<std::uint64_t>(extents[d] - 1);
-    const auto s = static_cast<std::uint64_t>(strides[d]);
-    KVMAP_CHECK(s == 0 || e <= (kMax - last) / s, ValueError,
-                "kvmap: shape " << to_string(extents) << " with strides " << to_string(strides)
-                                << " spans more elements than int64 can address");
-    last += e * s;
-  }
-  KVMAP_CHECK(last + 1 <= std::numeric_limits<std::size_t>::max() / itemsize, ValueError,
+  const ElementSpan span = element_span(extents.data(), strides.data(), extents.size());
+  if (span.empty) return 0;
+  const auto elements = static_cast<std::uint64_t>(span.hi) + 1;  // lo is 0: strides >= 0
+  KVMAP_CHECK(elements <= std::numeric_limits<std::size_t>::max() / itemsize, ValueError,
               "kvmap: shape " << to_string(extents) << " spans more bytes than size_t can count");
-  return static_cast<std::size_t>((last + 1) * itemsize);
+  return static_cast<std::size_t>(elements * itemsize);
+}
+
+ElementSpan element_span(const std::int64_t* extents, const std::int64_t* strides,
+                         std::size_t ndim) {
+  ElementSpan span;
+  for (std::size_t d = 0; d < ndim; ++d) {
+    if (extents[d] == 0) return span;
+  }
+  std::int64_t* ends[2] = {&span.lo, &span.hi};
+  for (std::size_t d = 0; d < ndim; ++d) {
+    std::int64_t reach = 0;  // (extent - 1) * stride, added to lo (negative) or hi
+    std::int64_t& end = *ends[strides[d] >= 0 ? 1 : 0];
+    KVMAP_CHECK(!__builtin_mul_overflow(extents[d] - 1, strides[d], &reach) &&
+                    !__builtin_add_overflow(end, reach, &end) && end < INT64_MAX,
+                ValueError,
+                "kvmap: shape " << to_string(std::vector<std::int64_t>(extents, extents + ndim))
+                                << " with strides "
+                                << to_string(std::vector<std::int64_t>(strides, strides + ndim))
+                                << " spans more elements than int64 can address");
+  }
+  span.empty = false;
+  return span;
 }
 
 BoxGeometry make_box_geometry(const std::vector<std::int64_t>& extents,

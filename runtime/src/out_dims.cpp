@@ -1,4 +1,4 @@
-#include "kvmap/impl/out_dims.hpp"
+#include "detail/out_dims.hpp"
 
 #include "kvmap/error.hpp"
 #include "kvmap/impl/local_block.hpp"

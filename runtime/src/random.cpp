@@ -5,8 +5,10 @@
 
 #include "kvmap/error.hpp"
 
-#include "collective.hpp"
-#include "dist_view_access.hpp"
+#include "detail/collective.hpp"
+#include "detail/dist_view_access.hpp"
+#include "detail/hash.hpp"
+#include "detail/random.hpp"
 
 namespace kvmap {
 
@@ -14,13 +16,6 @@ namespace {
 std::mutex g_seed_mutex;
 std::uint64_t g_seed = 0x6b766d6170ull;  // "kvmap"
 std::uint64_t g_seed_epoch = 0;          // advanced by manual_seed: restarts every stream count
-
-std::uint64_t splitmix64(std::uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
 
 enum class Distribution { Uniform, Normal };
 
@@ -59,14 +54,7 @@ void fill_random(const DistView<M>& out, std::uint64_t key, Distribution dist) {
           global += (rest % g.lext[d] + g.lo[d]) * g.gstride[d];
           rest /= g.lext[d];
         }
-        const Impl::Philox4x32 r = Impl::philox4x32(static_cast<std::uint64_t>(global), 0, key);
-        if (normal) {
-          data[i] = static_cast<T>(Impl::normal_double(r));
-        } else if constexpr (std::is_same_v<T, float>) {
-          data[i] = Impl::uniform_float(r.v[0]);
-        } else {
-          data[i] = static_cast<T>(Impl::uniform_double(r.v[0], r.v[1]));
-        }
+        data[i] = Impl::philox_element<T>(static_cast<std::uint64_t>(global), 0, key, normal);
       });
   Exec().fence();
 }

@@ -5,6 +5,7 @@
 #include "kvmap/comm.hpp"
 #include "kvmap/config.hpp"
 #include "kvmap/error.hpp"
+#include "detail/comm.hpp"
 
 namespace kvmap {
 

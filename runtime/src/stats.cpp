@@ -1,4 +1,5 @@
 #include "kvmap/stats.hpp"
+#include "detail/stats.hpp"
 
 #include <atomic>
 

@@ -5,40 +5,27 @@
 #include "kvmap/error.hpp"
 #include "kvmap/layout.hpp"
 
+#include "detail/local_block.hpp"
+#include "detail/tensor_bridge.hpp"
+
 namespace kvmap {
 
 at::ScalarType to_torch(DType dtype) {
   switch (dtype) {
-    case DType::Bool: return at::kBool;
-    case DType::UInt8: return at::kByte;
-    case DType::Int8: return at::kChar;
-    case DType::Int16: return at::kShort;
-    case DType::Int32: return at::kInt;
-    case DType::Int64: return at::kLong;
-    case DType::Float16: return at::kHalf;
-    case DType::BFloat16: return at::kBFloat16;
-    case DType::Float32: return at::kFloat;
-    case DType::Float64: return at::kDouble;
-    case DType::Complex64: return at::kComplexFloat;
-    case DType::Complex128: return at::kComplexDouble;
+#define KVMAP_DTYPE_TO_TORCH(E, name, T, torch_type, mpi_type) \
+  case DType::E: return at::ScalarType::torch_type;
+    KVMAP_FOR_EACH_DTYPE(KVMAP_DTYPE_TO_TORCH)
+#undef KVMAP_DTYPE_TO_TORCH
   }
   throw ValueError("kvmap::to_torch: invalid DType " + std::to_string(static_cast<int>(dtype)));
 }
 
 DType from_torch(at::ScalarType type) {
   switch (type) {
-    case at::kBool: return DType::Bool;
-    case at::kByte: return DType::UInt8;
-    case at::kChar: return DType::Int8;
-    case at::kShort: return DType::Int16;
-    case at::kInt: return DType::Int32;
-    case at::kLong: return DType::Int64;
-    case at::kHalf: return DType::Float16;
-    case at::kBFloat16: return DType::BFloat16;
-    case at::kFloat: return DType::Float32;
-    case at::kDouble: return DType::Float64;
-    case at::kComplexFloat: return DType::Complex64;
-    case at::kComplexDouble: return DType::Complex128;
+#define KVMAP_DTYPE_FROM_TORCH(E, name, T, torch_type, mpi_type) \
+  case at::ScalarType::torch_type: return DType::E;
+    KVMAP_FOR_EACH_DTYPE(KVMAP_DTYPE_FROM_TORCH)
+#undef KVMAP_DTYPE_FROM_TORCH
     default: break;
   }
   throw TypeError(std::string("kvmap: torch dtype ") + c10::toString(type) +
@@ -95,26 +82,26 @@ LocalBlock block_from_tensor(const at::Tensor& tensor) {
 }
 
 namespace {
-MemorySpan span_from(const void* data, c10::IntArrayRef extents, c10::IntArrayRef strides,
-                     std::size_t itemsize) {
-  std::int64_t low = 0, high = 0;  // element offsets of the first and last element
-  for (std::size_t d = 0; d < extents.size(); ++d) {
-    if (extents[d] == 0) return {};
-    (strides[d] < 0 ? low : high) += strides[d] * (extents[d] - 1);
-  }
+MemorySpan span_from(const void* data, const std::int64_t* extents, const std::int64_t* strides,
+                     std::size_t ndim, std::size_t itemsize) {
+  const ElementSpan span = element_span(extents, strides, ndim);
+  if (span.empty) return {};
   const auto base = reinterpret_cast<std::uintptr_t>(data);
-  return {base + static_cast<std::uintptr_t>(low * static_cast<std::int64_t>(itemsize)),
-          base + static_cast<std::uintptr_t>((high + 1) * static_cast<std::int64_t>(itemsize))};
+  const auto size = static_cast<std::int64_t>(itemsize);
+  return {base + static_cast<std::uintptr_t>(span.lo * size),
+          base + static_cast<std::uintptr_t>((span.hi + 1) * size)};
 }
 }  // namespace
 
 MemorySpan span_of(const LocalBlock& block, std::size_t itemsize) {
-  return span_from(block.data, block.extents, block.strides, itemsize);
+  return span_from(block.data, block.extents.data(), block.strides.data(), block.extents.size(),
+                   itemsize);
 }
 
 MemorySpan span_of(const at::Tensor& tensor) {
   if (!tensor.defined() || !tensor.has_storage() || tensor.layout() != at::kStrided) return {};
-  return span_from(tensor.data_ptr(), tensor.sizes(), tensor.strides(), tensor.element_size());
+  return span_from(tensor.data_ptr(), tensor.sizes().data(), tensor.strides().data(),
+                   tensor.sizes().size(), tensor.element_size());
 }
 
 }  // namespace Impl

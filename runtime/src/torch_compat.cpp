@@ -1,4 +1,4 @@
-#include "kvmap/impl/torch_compat.hpp"
+#include "detail/torch_compat.hpp"
 
 #include <ATen/ATen.h>
 #include <ATen/functorch/BatchedTensorImpl.h>

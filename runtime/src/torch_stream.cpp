@@ -2,7 +2,7 @@
 // compiled against the CUDA LibTorch's c10/cuda headers wherever LibTorch was built with CUDA
 // (KVMAP_TORCH_CUDA), also on machines without a GPU or a CUDA Kokkos, so that this interop
 // is compiled in every build that could use it; it calls no Kokkos.
-#include "torch_stream.hpp"
+#include "detail/torch_stream.hpp"
 
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
@@ -15,6 +15,7 @@
 #endif
 
 #include "kvmap/tensor_bridge.hpp"
+#include "detail/tensor_bridge.hpp"
 
 namespace kvmap::Impl {
 

@@ -15,16 +15,21 @@
 #include <tuple>
 
 #include "kvmap/error.hpp"
-#include "kvmap/impl/out_dims.hpp"
-#include "kvmap/impl/torch_compat.hpp"
-#include "kvmap/impl/vmap_randomness.hpp"
+#include "detail/out_dims.hpp"
+#include "detail/torch_compat.hpp"
+#include "detail/vmap_randomness.hpp"
 #include "kvmap/random.hpp"
 #include "kvmap/stats.hpp"
 #include "kvmap/tensor_bridge.hpp"
 
-#include "collective.hpp"
-#include "dist_view_access.hpp"
-#include "torch_stream.hpp"
+#include "detail/collective.hpp"
+#include "detail/dist_view_access.hpp"
+#include "detail/torch_stream.hpp"
+#include "detail/stats.hpp"
+#include "detail/random.hpp"
+#include "detail/allocation.hpp"
+#include "detail/tensor_bridge.hpp"
+#include "detail/hash.hpp"
 
 namespace kvmap {
 
@@ -69,23 +74,6 @@ namespace Impl {
 namespace {
 
 using Allocate = LocalBlock (*)(const std::vector<std::int64_t>&, std::size_t);
-
-// Kokkos Tools region for one phase, so users' tools show where the time goes; nothing (not
-// even the name's std::string) when no tool is attached.
-class Region {
- public:
-  explicit Region(const char* name) : on_(Kokkos::Tools::profileLibraryLoaded()) {
-    if (on_) Kokkos::Profiling::pushRegion(name);
-  }
-  ~Region() {
-    if (on_) Kokkos::Profiling::popRegion();
-  }
-  Region(const Region&) = delete;
-  Region& operator=(const Region&) = delete;
-
- private:
-  bool on_;
-};
 
 torch_compat::VmapRandomness to_compat(Randomness r) {
   switch (r) {
@@ -365,6 +353,78 @@ bool needs_materializing(const at::Tensor& t) {
   return false;
 }
 
+// The outputs of a call run as one chunk, adopted as they are, unless a stride-0 broadcast
+// has to be materialized once, or the output shares memory with an input (f returned it, or
+// a view of it) or with an earlier output ({t, t}): outputs never alias, whatever the
+// chunking.
+void adopt_unaliased(std::vector<at::Tensor>& outputs, const ChunkRunner& runner,
+                     const std::vector<MemorySpan>& tensor_spans) {
+  for (std::size_t k = 0; k < outputs.size(); ++k) {
+    at::Tensor& t = outputs[k];
+    const MemorySpan span = span_of(t);
+    bool shared = false;
+    for (const MemorySpan& other : tensor_spans) shared = shared || span.overlaps(other);
+    for (const ArrayArg& a : runner.arrays)
+      shared = shared || span.overlaps(span_of(a.block, size_of(a.dtype)));
+    for (std::size_t j = 0; j < k; ++j) shared = shared || span.overlaps(span_of(outputs[j]));
+    if (shared || needs_materializing(t)) {
+      t = t.clone(at::MemoryFormat::Contiguous);
+      count_bytes_copied(static_cast<std::uint64_t>(t.numel()) * t.element_size());
+    }
+  }
+}
+
+// How many chunks run at once. Chunks in flight at once run on the threads of the host
+// execution space, each under the caller's torch thread-local state (grad mode, inference
+// mode, dispatch keys, functorch layers). They stay on the calling thread, in order, where
+// that is not possible: Same-mode randomness restores one generator state per chunk,
+// LibTorch 1.13's functorch bookkeeping is not thread-safe (map_batches, which uses none,
+// runs chunks at once there too), a host space with one thread gives no second chunk in
+// flight, and on a GPU every chunk's torch work goes to the one Kokkos stream the calling
+// thread set (torch_stream.hpp; the device runs each chunk's kernels in parallel).
+int chunks_in_flight(const VmapOptions& options, const ChunkRunner& runner) {
+  if (options.randomness() == Randomness::Same ||
+      (runner.mapping == Mapping::Samples && !torch_compat::concurrent_vmap_supported()) ||
+      runner.device.kind != DeviceKind::CPU) {
+    return 1;
+  }
+  return std::min(options.concurrency(), Kokkos::DefaultHostExecutionSpace().concurrency());
+}
+
+// Runs body(c) for chunks 1 .. nchunks - 1, `in_flight` at once, until `failed`.
+template <class Body>
+void for_each_later_chunk(std::int64_t nchunks, int in_flight, const std::atomic<bool>& failed,
+                          const Body& body) {
+  if (in_flight <= 1) {
+    // Plain loop: the user function may call Kokkos itself (a dispatch or fence inside a
+    // Kokkos policy would wait on that policy's own lock).
+    for (std::int64_t c = 1; c < nchunks && !failed.load(); ++c) {
+      ScopedRegion region("kvmap::vmap/chunk");
+      body(c);
+    }
+    return;
+  }
+  using Host = Kokkos::DefaultHostExecutionSpace;
+  const at::ThreadLocalState caller_state;
+  auto body_in_caller_state = [&](const std::int64_t c) {
+    at::ThreadLocalStateGuard state_guard(caller_state);
+    body(c);
+  };
+  for (std::int64_t wave = 1; wave < nchunks && !failed.load(); wave += in_flight) {
+    const std::int64_t end = std::min<std::int64_t>(nchunks, wave + in_flight);
+    // One chunk per thread (static, chunk size 1): a wave's chunks run at once. Regions are
+    // pushed by the calling thread only: Kokkos >= 4 fences every execution space on a
+    // region push while a profiler is attached, which inside the policy waits on the policy.
+    ScopedRegion region("kvmap::vmap/chunk");
+    Kokkos::parallel_for(
+        "kvmap::vmap/chunks",
+        Kokkos::RangePolicy<Host, Kokkos::Schedule<Kokkos::Static>,
+                            Kokkos::IndexType<std::int64_t>>(wave, end, Kokkos::ChunkSize(1)),
+        body_in_caller_state);
+    Host().fence();
+  }
+}
+
 LocalRun run_local(const VmapOptions& options, std::int64_t n_local, const ChunkRunner& runner,
                    Allocate allocate, const std::vector<MemorySpan>& tensor_spans) {
   LocalRun out;
@@ -376,26 +436,11 @@ LocalRun run_local(const VmapOptions& options, std::int64_t n_local, const Chunk
   // Chunk 0 alone fixes the outputs' shapes and dtypes.
   std::vector<at::Tensor> first;
   {
-    Region region("kvmap::vmap/chunk");
+    ScopedRegion region("kvmap::vmap/chunk");
     first = runner.run_first(cs, out.metas);
   }
   if (nchunks == 1) {
-    // Adopted as they are, unless a stride-0 broadcast has to be materialized once, or the
-    // output shares memory with an input (f returned it, or a view of it) or with an earlier
-    // output ({t, t}): outputs never alias, whatever the chunking.
-    for (std::size_t k = 0; k < first.size(); ++k) {
-      at::Tensor& t = first[k];
-      const MemorySpan span = span_of(t);
-      bool shared = false;
-      for (const MemorySpan& other : tensor_spans) shared = shared || span.overlaps(other);
-      for (const ArrayArg& a : runner.arrays)
-        shared = shared || span.overlaps(span_of(a.block, size_of(a.dtype)));
-      for (std::size_t j = 0; j < k; ++j) shared = shared || span.overlaps(span_of(first[j]));
-      if (shared || needs_materializing(t)) {
-        t = t.clone(at::MemoryFormat::Contiguous);
-        count_bytes_copied(static_cast<std::uint64_t>(t.numel()) * t.element_size());
-      }
-    }
+    adopt_unaliased(first, runner, tensor_spans);
     out.outputs = std::move(first);
     return out;
   }
@@ -441,48 +486,7 @@ LocalRun run_local(const VmapOptions& options, std::int64_t n_local, const Chunk
       }
     }
   };
-  // Chunks in flight at once run on the threads of the host execution space, each under the
-  // caller's torch thread-local state (grad mode, inference mode, dispatch keys, functorch
-  // layers). They stay on the calling thread, in order, where that is not possible: Same-mode
-  // randomness restores one generator state per chunk, LibTorch 1.13's functorch bookkeeping
-  // is not thread-safe (map_batches, which uses none, runs chunks at once there too), a host
-  // space with one thread gives no second chunk in flight, and on
-  // a GPU every chunk's torch work goes to the one Kokkos stream the calling thread set
-  // (torch_stream.hpp; the device runs each chunk's kernels in parallel).
-  using Host = Kokkos::DefaultHostExecutionSpace;
-  const int in_flight =
-      options.randomness() == Randomness::Same ||
-              (runner.mapping == Mapping::Samples && !torch_compat::concurrent_vmap_supported()) ||
-              runner.device.kind != DeviceKind::CPU
-          ? 1
-          : std::min(options.concurrency(), Host().concurrency());
-  if (in_flight <= 1) {
-    // Plain loop: the user function may call Kokkos itself (a dispatch or fence inside a
-    // Kokkos policy would wait on that policy's own lock).
-    for (std::int64_t c = 1; c < nchunks && !failed.load(); ++c) {
-      Region region("kvmap::vmap/chunk");
-      body(c);
-    }
-  } else {
-    const at::ThreadLocalState caller_state;
-    auto body_in_caller_state = [&](const std::int64_t c) {
-      at::ThreadLocalStateGuard state_guard(caller_state);
-      body(c);
-    };
-    for (std::int64_t wave = 1; wave < nchunks && !failed.load(); wave += in_flight) {
-      const std::int64_t end = std::min<std::int64_t>(nchunks, wave + in_flight);
-      // One chunk per thread (static, chunk size 1): a wave's chunks run at once. Regions are
-      // pushed by the calling thread only: Kokkos >= 4 fences every execution space on a
-      // region push while a profiler is attached, which inside the policy waits on the policy.
-      Region region("kvmap::vmap/chunk");
-      Kokkos::parallel_for(
-          "kvmap::vmap/chunks",
-          Kokkos::RangePolicy<Host, Kokkos::Schedule<Kokkos::Static>,
-                              Kokkos::IndexType<std::int64_t>>(wave, end, Kokkos::ChunkSize(1)),
-          body_in_caller_state);
-      Host().fence();
-    }
-  }
+  for_each_later_chunk(nchunks, chunks_in_flight(options, runner), failed, body);
   if (error) std::rethrow_exception(error);
   return out;
 }
@@ -572,7 +576,7 @@ const char* name_of(Mapping mapping) {
 
 Plan plan_call(Signature& sig, const std::vector<ArrayArg>& arrays, DeviceSpec device,
                const VmapOptions& options, Mapping mapping, const StreamState& stream) {
-  Region region("kvmap::vmap/validate");
+  ScopedRegion region("kvmap::vmap/validate");
   // In map_batches f is an ordinary batched call: torch's random functions draw from torch's
   // generator as anywhere else, and nothing (no functorch) could intercept them.
   KVMAP_CHECK(mapping == Mapping::Samples || options.randomness() == Randomness::Error, ValueError,
@@ -644,7 +648,7 @@ Layout output_layout(const Layout& lead, const OutputMeta& m) {
 // After the agreement; cannot fail (zero-byte blocks on ranks without samples).
 CoreResult assemble(LocalOutputs& here, const std::vector<OutputMeta>& metas, const Layout& lead,
                     bool ran, int me, Allocate allocate) {
-  Region region("kvmap::vmap/assemble");
+  ScopedRegion region("kvmap::vmap/assemble");
   CoreResult result;
   result.reserve(metas.size());
   for (std::size_t k = 0; k < metas.size(); ++k) {
@@ -667,7 +671,7 @@ CoreResult run_core(const std::vector<ArrayArg>& arrays,
                     const std::vector<MemorySpan>& tensor_spans, const Comm& comm,
                     DeviceSpec device, const VmapOptions& options, Mapping mapping,
                     const ArgsCall& call, Allocate allocate) {
-  Region whole("kvmap::vmap");
+  ScopedRegion whole("kvmap::vmap");
   count_vmap_call();
   const int me = comm.rank();
   // Every rank takes the next stream, whatever happens next.
@@ -690,7 +694,7 @@ CoreResult run_core(const std::vector<ArrayArg>& arrays,
     });
     VmapAgreement agreed;
     {
-      Region region("kvmap::vmap/agree");
+      ScopedRegion region("kvmap::vmap/agree");
       const AgreementPacket<VmapAgreement>& packet = once.reduce();
       agreed = packet.payload;
       if (same && attempt == 0 && !agreed.state.same() &&

@@ -1,4 +1,4 @@
-#include "kvmap/impl/vmap_randomness.hpp"
+#include "detail/vmap_randomness.hpp"
 
 #include <sstream>
 #include <vector>
@@ -9,9 +9,12 @@
 #include <cstring>
 
 #include "kvmap/error.hpp"
-#include "kvmap/impl/torch_compat.hpp"
+#include "detail/torch_compat.hpp"
 #include "kvmap/random.hpp"
 #include "kvmap/tensor_bridge.hpp"
+#include "detail/hash.hpp"
+#include "detail/random.hpp"
+#include "detail/tensor_bridge.hpp"
 
 namespace kvmap {
 
@@ -20,27 +23,19 @@ namespace Impl {
 namespace {
 thread_local SampleContext* t_context = nullptr;
 
-std::uint64_t mix_bits(std::uint64_t x) {
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdull;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ull;
-  return x ^ (x >> 33);
-}
-
 // Eight bytes at a time: a CPU generator's state is about 5 KB, hashed on every call.
 std::uint64_t hash_bytes(const at::Tensor& bytes) {
   const at::Tensor c = bytes.contiguous();
   const auto* p = static_cast<const unsigned char*>(c.data_ptr());
   const auto n = static_cast<std::size_t>(c.numel()) * c.element_size();
-  std::uint64_t h = 0x9E3779B97F4A7C15ull ^ n;
+  std::uint64_t h = kGolden ^ n;
   std::size_t i = 0;
   for (; i + 8 <= n; i += 8) {
     std::uint64_t w = 0;
     std::memcpy(&w, p + i, 8);
-    h = mix_bits(h ^ w) + i;
+    h = mix64(h ^ w) + i;
   }
-  for (; i < n; ++i) h = mix_bits(h ^ p[i]);
+  for (; i < n; ++i) h = mix64(h ^ p[i]);
   return h;
 }
 
@@ -59,17 +54,15 @@ at::Tensor sample(at::IntArrayRef shape, at::ScalarType dtype, SampleKind kind, 
   full.insert(full.end(), shape.begin(), shape.end());
   at::Tensor physical = at::empty(full, at::TensorOptions().dtype(at::kDouble));
   const std::int64_t per_sample = ctx->batch > 0 ? physical.numel() / ctx->batch : 0;
-  const std::uint64_t key =
-      mix_bits(ctx->key ^ mix_bits(static_cast<std::uint64_t>(call) + 0x9E3779B97F4A7C15ull));
+  const std::uint64_t key = mix64(ctx->key ^ splitmix64(static_cast<std::uint64_t>(call)));
   double* out = physical.data_ptr<double>();
   const std::int64_t offset = ctx->global_offset;
   at::parallel_for(0, ctx->batch, 1, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t b = begin; b < end; ++b) {
       const auto g = static_cast<std::uint64_t>(offset + b);
       for (std::int64_t j = 0; j < per_sample; ++j) {
-        const Philox4x32 r = philox4x32(static_cast<std::uint64_t>(j), g, key);
-        out[b * per_sample + j] =
-            kind == SampleKind::Uniform ? uniform_double(r.v[0], r.v[1]) : normal_double(r);
+        out[b * per_sample + j] = philox_element<double>(static_cast<std::uint64_t>(j), g, key,
+                                                         kind == SampleKind::Normal);
       }
     }
   });
@@ -103,7 +96,7 @@ GeneratorScope::GeneratorScope(Randomness mode, const Comm& comm, DeviceSpec dev
   } else {
     state_hash_ = hash_bytes(generator_.get_state());
     generator_.set_current_seed(
-        mix_bits(state_hash_ ^ mix_bits(static_cast<std::uint64_t>(comm.rank()) + 1)) >> 1);
+        mix64(state_hash_ ^ mix64(static_cast<std::uint64_t>(comm.rank()) + 1)) >> 1);
   }
 }
 
@@ -134,8 +127,8 @@ GeneratorScope::~GeneratorScope() {
   if (mode_ == Randomness::Error) return;
   std::lock_guard<std::mutex> lock(generator_.mutex());
   generator_.set_current_seed(
-      mix_bits(state_hash_ ^
-               (mode_ == Randomness::Same ? 0x5A5A5A5A5A5A5A5Aull : 0xA5A5A5A5A5A5A5A5ull)) >>
+      mix64(state_hash_ ^
+            (mode_ == Randomness::Same ? 0x5A5A5A5A5A5A5A5Aull : 0xA5A5A5A5A5A5A5A5ull)) >>
       1);
 }
 

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "kvmap/error.hpp"
-#include "kvmap/impl/local_block.hpp"
-#include "kvmap/impl/out_dims.hpp"
+#include "detail/local_block.hpp"
+#include "detail/out_dims.hpp"
 #include "kvmap/layout.hpp"
 
 namespace {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kvmap/kvmap.hpp"
+#include "detail/tensor_bridge.hpp"
 
 namespace kvmap_test {
 

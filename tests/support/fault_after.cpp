@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <string>
 
-#include "kvmap/impl/fault_injection.hpp"
+#include "detail/fault_injection.hpp"
 #include "kvmap/kvmap.hpp"
 #include "support/entry_points.hpp"
 

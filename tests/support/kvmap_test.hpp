@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kvmap/kvmap.hpp"
+#include "detail/tensor_bridge.hpp"
 #include "test_space.hpp"  // TestMemSpace, generated per Kokkos backend
 
 namespace kvmap_test {

@@ -16,6 +16,8 @@
 #include <vector>
 
 #include "kvmap/kvmap.hpp"
+#include "detail/comm.hpp"
+#include "detail/stats.hpp"
 
 namespace py = pybind11;
 
@@ -302,9 +304,10 @@ PyObject* mapped_call(PyObject* self, PyObject* args, PyObject* kwargs) {
 
 }  // namespace
 
-PYBIND11_MODULE(_kvmap, m) {
-  m.doc() = "kvmap: per-sample torch functions over arrays distributed with MPI (C++ core)";
+namespace {
 
+// Exceptions, MPI and Kokkos start and end, versions, statistics.
+void bind_runtime(py::module_& m) {
   static py::exception<kvmap::Error> error(m, "Error", PyExc_RuntimeError);
   static py::exception<kvmap::RemoteError> remote(m, "RemoteError", error.ptr());
   error_type = error.ptr();
@@ -347,6 +350,24 @@ PYBIND11_MODULE(_kvmap, m) {
   m.def("version", [] { return std::string(kvmap::version()); });
   m.def("build_info", [] { return std::string(kvmap::build_info()); });
 
+  m.def("_stats", [] {
+    const auto s = kvmap::stats();
+    py::dict d;
+    d["bytes_copied"] = s.bytes_copied;
+    d["vmap_calls"] = s.vmap_calls;
+    d["chunks_run"] = s.chunks_run;
+    d["collectives"] = s.collectives;
+    d["bytes_received"] = s.bytes_received;
+    d["plans_built"] = s.plans_built;
+    d["bytes_allocated"] = s.bytes_allocated;
+    d["bytes_live"] = s.bytes_live;
+    return d;
+  });
+  m.def("_reset_stats", [] { kvmap::reset_stats(); });
+}
+
+// The DistView class: shape, placement, local data, redistribution.
+void bind_dist_view(py::module_& m) {
   py::class_<PyDistView>(m, "DistView")
       .def_property_readonly(
           "larray", [](const PyDistView& d) { return d.view->local(); },
@@ -438,7 +459,10 @@ PYBIND11_MODULE(_kvmap, m) {
                (d.view->split() ? std::to_string(*d.view->split()) : std::string("None")) +
                ", dtype=" + kvmap::name(d.view->dtype()) + ", " + d.view->layout().str() + ")";
       });
+}
 
+// Factories of DistViews (from tensors, values, random streams) and linear algebra on them.
+void bind_factories(py::module_& m) {
   m.def("_from_global", [](const at::Tensor& t, const py::object& split, const py::object& comm) {
     auto s = to_split(split);
     auto c = to_comm(comm);
@@ -503,6 +527,10 @@ PYBIND11_MODULE(_kvmap, m) {
     py::gil_scoped_release release;
     return kvmap::linalg::nrm2(*x.view);
   });
+}
+
+// kvmap.vmap and kvmap.map_batches: the C++ callable they return.
+void bind_vmap(py::module_& m) {
   py::class_<PyMapped>(m, "Mapped", py::dynamic_attr(),
                        py::custom_type_setup([](PyHeapTypeObject* heap_type) {
                          heap_type->ht_type.tp_call = mapped_call;
@@ -527,18 +555,14 @@ PYBIND11_MODULE(_kvmap, m) {
     if (!foreign_call) foreign_call = new py::object();
     *foreign_call = std::move(f);
   });
-  m.def("_stats", [] {
-    const auto s = kvmap::stats();
-    py::dict d;
-    d["bytes_copied"] = s.bytes_copied;
-    d["vmap_calls"] = s.vmap_calls;
-    d["chunks_run"] = s.chunks_run;
-    d["collectives"] = s.collectives;
-    d["bytes_received"] = s.bytes_received;
-    d["plans_built"] = s.plans_built;
-    d["bytes_allocated"] = s.bytes_allocated;
-    d["bytes_live"] = s.bytes_live;
-    return d;
-  });
-  m.def("_reset_stats", [] { kvmap::reset_stats(); });
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_kvmap, m) {
+  m.doc() = "kvmap: per-sample torch functions over arrays distributed with MPI (C++ core)";
+  bind_runtime(m);
+  bind_dist_view(m);
+  bind_factories(m);
+  bind_vmap(m);
 }

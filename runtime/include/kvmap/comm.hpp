@@ -18,14 +18,8 @@
 
 namespace kvmap {
 
-class Comm;
 namespace Impl {
-// A communicator of `size` ranks on which this process plays rank `rank`, and every other
-// rank is taken to do exactly what it does: collectives return this rank's own contribution
-// (gathers repeat it), point-to-point messages are not sent. No MPI call is made, and data
-// from other ranks never arrives. For kvmap-perf's scale scenario: the per-call local work of
-// kvmap's real code paths at a number of ranks the machine does not have.
-Comm emulated_comm(int rank, int size);
+struct CommAccess;  // kvmap's own constructor of emulated communicators (detail/testing.hpp)
 }  // namespace Impl
 
 class Comm {
@@ -170,7 +164,7 @@ class Comm {
   [[noreturn]] void abort(const std::string& message) const;
 
  private:
-  friend Comm Impl::emulated_comm(int rank, int size);
+  friend struct Impl::CommAccess;
   explicit Comm(std::shared_ptr<Handle> handle);
   static std::shared_ptr<Handle> handle_for(MPI_Comm user);
   bool emulated() const;
@@ -181,30 +175,5 @@ class Comm {
 };
 
 std::string message_of(const std::exception_ptr& error);
-
-namespace Impl {
-// Largest element count kvmap passes to one MPI call (INT_MAX unless lowered for tests).
-std::size_t mpi_count_limit();
-void set_mpi_count_limit(std::size_t limit);
-// Whether MPI is given this memory directly: host memory always, device memory only where
-// kvmap was built for a GPU-aware MPI (KVMAP_ENABLE_GPU_AWARE_MPI); otherwise kvmap stages
-// the bytes through host buffers (counted in stats().bytes_copied). Tests force staging for
-// host memory too, so the staged path runs on every backend.
-bool mpi_reads_directly(bool host_accessible);
-void set_force_host_staging(bool force);
-// Frees every duplicate kvmap made (collective, in the same order on every rank; before
-// MPI_Finalize), the agreement's MPI operations and datatypes, and whatever the hooks
-// registered with on_release hold (cached redistribution plans). Comms still held afterwards
-// throw on use.
-void release_cached_comms();
-void on_release(void (*hook)());
-bool mpi_initialized();
-// Initializes MPI with at least MPI_THREAD_FUNNELED, or checks the thread level of an MPI
-// that is already initialized (Error when it is below FUNNELED). True when this call
-// initialized MPI.
-bool init_mpi(int& argc, char**& argv);
-// Releases the cached communicators, then finalizes MPI.
-void finalize_mpi();
-}  // namespace Impl
 
 }  // namespace kvmap

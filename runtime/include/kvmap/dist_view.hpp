@@ -157,8 +157,10 @@ class DistView {
   // from_local's collective: `source` (run in the plan) gives this rank's block and dtype.
   using LocalSource = std::function<Impl::LocalBlock(DType&)>;
   static DistView from_local_source(const LocalSource& source, std::optional<int> split, Comm comm);
+  // What the factories write into new memory.
+  enum class Fill { Nothing, Zeros, Value, GlobalIndex };
   static DistView create(const char* site, Shape gshape, DType dtype, std::optional<int> split,
-                         Comm comm, int fill, double value);
+                         Comm comm, Fill fill, double value);
 
   Layout layout_;
   DType dtype_;

@@ -5,25 +5,9 @@
 #include <cstdint>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 namespace kvmap {
-
-enum class DType {
-  Bool,
-  UInt8,
-  Int8,
-  Int16,
-  Int32,
-  Int64,
-  Float16,
-  BFloat16,
-  Float32,
-  Float64,
-  Complex64,
-  Complex128
-};
-
-inline constexpr int kNumDTypes = 12;
 
 // Storage types for the 16-bit floats (Kokkos 3.4 has no host arithmetic type for them).
 struct float16_bits {
@@ -32,6 +16,43 @@ struct float16_bits {
 struct bfloat16_bits {
   std::uint16_t bits;
 };
+
+// The one table of kvmap's element types; adding a type is one line here.
+//   X(enumerator, name, storage type, torch ScalarType enumerator, MPI datatype)
+// The torch and MPI columns are tokens, expanded only where those libraries are included
+// (MPI_DATATYPE_NULL: MPI has no type, reductions refuse it; messages carry bytes).
+#define KVMAP_FOR_EACH_DTYPE(X)                                                     \
+  X(Bool, "bool", bool, Bool, MPI_C_BOOL)                                           \
+  X(UInt8, "uint8", std::uint8_t, Byte, MPI_UINT8_T)                                \
+  X(Int8, "int8", std::int8_t, Char, MPI_INT8_T)                                    \
+  X(Int16, "int16", std::int16_t, Short, MPI_INT16_T)                               \
+  X(Int32, "int32", std::int32_t, Int, MPI_INT32_T)                                 \
+  X(Int64, "int64", std::int64_t, Long, MPI_INT64_T)                                \
+  X(Float16, "float16", ::kvmap::float16_bits, Half, MPI_DATATYPE_NULL)             \
+  X(BFloat16, "bfloat16", ::kvmap::bfloat16_bits, BFloat16, MPI_DATATYPE_NULL)      \
+  X(Float32, "float32", float, Float, MPI_FLOAT)                                    \
+  X(Float64, "float64", double, Double, MPI_DOUBLE)                                 \
+  X(Complex64, "complex64", std::complex<float>, ComplexFloat, MPI_C_FLOAT_COMPLEX) \
+  X(Complex128, "complex128", std::complex<double>, ComplexDouble, MPI_C_DOUBLE_COMPLEX)
+
+#define KVMAP_DTYPE_ENUMERATOR(E, name, T, torch_type, mpi_type) E,
+enum class DType { KVMAP_FOR_EACH_DTYPE(KVMAP_DTYPE_ENUMERATOR) };
+#undef KVMAP_DTYPE_ENUMERATOR
+
+#define KVMAP_DTYPE_COUNT(E, name, T, torch_type, mpi_type) +1
+inline constexpr int kNumDTypes = 0 KVMAP_FOR_EACH_DTYPE(KVMAP_DTYPE_COUNT);
+#undef KVMAP_DTYPE_COUNT
+
+// A type as a value: what visit() hands its function.
+template <class T>
+struct type_tag {
+  using type = T;
+};
+
+// Calls f(type_tag<T>{}) with the storage type T of `dtype` (the table's third column) and
+// returns what it returns; ValueError for a value that is not a DType.
+template <class F>
+decltype(auto) visit(DType dtype, F&& f);
 
 std::size_t size_of(DType dtype);
 const char* name(DType dtype);
@@ -49,22 +70,26 @@ struct is_complex_like<T, std::void_t<typename T::value_type, decltype(std::decl
                                       decltype(std::declval<T>().imag())>> : std::true_type {};
 template <class>
 inline constexpr bool dependent_false = false;
+// The DType whose storage type is exactly U (as an int), or -1.
+template <class U>
+constexpr int table_dtype() {
+  int found = -1, index = 0;
+#define KVMAP_DTYPE_MATCH(E, name, T, torch_type, mpi_type) \
+  if (std::is_same_v<U, T>) found = index;                  \
+  ++index;
+  KVMAP_FOR_EACH_DTYPE(KVMAP_DTYPE_MATCH)
+#undef KVMAP_DTYPE_MATCH
+  return found;
+}
+[[noreturn]] void throw_invalid_dtype(DType dtype);
 }  // namespace Impl
 
 // The DType of a C++ element type (cv-qualifiers ignored).
 template <class T>
 constexpr DType dtype_of() {
   using U = std::remove_cv_t<T>;
-  if constexpr (std::is_same_v<U, bool>) {
-    return DType::Bool;
-  } else if constexpr (std::is_same_v<U, float16_bits>) {
-    return DType::Float16;
-  } else if constexpr (std::is_same_v<U, bfloat16_bits>) {
-    return DType::BFloat16;
-  } else if constexpr (std::is_same_v<U, float>) {
-    return DType::Float32;
-  } else if constexpr (std::is_same_v<U, double>) {
-    return DType::Float64;
+  if constexpr (Impl::table_dtype<U>() >= 0) {
+    return static_cast<DType>(Impl::table_dtype<U>());
   } else if constexpr (std::is_integral_v<U> && std::is_unsigned_v<U> && sizeof(U) == 1) {
     return DType::UInt8;
   } else if constexpr (std::is_integral_v<U> && std::is_signed_v<U> && sizeof(U) == 1) {
@@ -89,6 +114,17 @@ constexpr DType dtype_of() {
                   "kvmap::float16_bits, kvmap::bfloat16_bits)");
     return DType::Bool;
   }
+}
+
+template <class F>
+decltype(auto) visit(DType dtype, F&& f) {
+  switch (dtype) {
+#define KVMAP_DTYPE_VISIT(E, name, T, torch_type, mpi_type) \
+  case DType::E: return std::forward<F>(f)(type_tag<T>{});
+    KVMAP_FOR_EACH_DTYPE(KVMAP_DTYPE_VISIT)
+#undef KVMAP_DTYPE_VISIT
+  }
+  Impl::throw_invalid_dtype(dtype);
 }
 
 }  // namespace kvmap

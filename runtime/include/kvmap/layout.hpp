@@ -107,17 +107,6 @@ namespace Impl {
 int normalize_axis(std::int64_t axis, int ndim, const char* what);
 // Product of extents; ValueError on negative extents or int64 overflow.
 std::int64_t checked_numel(const Shape& shape);
-// 64-bit mixing of fingerprints (kvmap's signatures and layouts).
-constexpr std::uint64_t mix64(std::uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-constexpr std::uint64_t combine64(std::uint64_t h, std::uint64_t v) {
-  return mix64(h ^ (v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2)));
-}
 }  // namespace Impl
 
 }  // namespace kvmap

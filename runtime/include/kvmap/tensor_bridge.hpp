@@ -18,25 +18,8 @@ at::ScalarType to_torch(DType dtype);
 DType from_torch(at::ScalarType type);
 
 namespace Impl {
-at::Device torch_device(DeviceSpec device);
-DeviceSpec device_spec_of(const at::Tensor& tensor);
-// TypeError unless `tensor` is on `want`'s torch device (kind and index): "<what> is on
-// cuda:1 but ... maps to cuda:0".
-void check_same_device(const at::Tensor& tensor, const DeviceSpec& want, const std::string& what);
 // A tensor sharing the block's memory; it keeps block.owner alive.
 at::Tensor tensor_from_block(const LocalBlock& block, DType dtype, DeviceSpec device);
-// A block sharing the tensor's memory; it keeps the tensor alive. TypeError for tensors
-// that are not plain strided tensors with storage (sparse, batched, meta, ...).
-LocalBlock block_from_tensor(const at::Tensor& tensor);
-
-// The bytes an array's elements span, [lo, hi) (lo == hi when empty): what the no-aliasing
-// rule compares. Conservative: two interleaved strided arrays count as overlapping.
-struct MemorySpan {
-  std::uintptr_t lo = 0, hi = 0;
-  bool overlaps(const MemorySpan& o) const { return lo < o.hi && o.lo < hi; }
-};
-MemorySpan span_of(const LocalBlock& block, std::size_t itemsize);
-MemorySpan span_of(const at::Tensor& tensor);
 }  // namespace Impl
 
 // A zero-copy at::Tensor over a Kokkos view (which it keeps alive).

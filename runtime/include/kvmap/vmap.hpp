@@ -17,6 +17,7 @@
 
 #include "kvmap/dist_view.hpp"
 #include "kvmap/impl/kokkos_compat.hpp"
+#include "kvmap/impl/vmap_core.hpp"
 #include "kvmap/tensor_bridge.hpp"
 
 namespace kvmap {
@@ -60,52 +61,6 @@ at::Tensor sample_uniform(at::IntArrayRef shape, at::ScalarType dtype = at::kFlo
 at::Tensor sample_normal(at::IntArrayRef shape, at::ScalarType dtype = at::kFloat);
 
 namespace Impl {
-
-// How the core calls f: once per chunk under functorch's vmap, f written for one sample
-// (kvmap::vmap), or once per chunk on the plain batched tensors (kvmap::map_batches).
-enum class Mapping { Samples, Batches };
-
-// Calls the user function with one tensor per DistView argument, in argument order: the
-// batched chunk of a mapped (split) one, the whole local shard of a replicated one. A
-// reference to a callable that outlives the call (no copy, no allocation: this is made on
-// every vmap call); made from lvalues only.
-class ArgsCall {
- public:
-  template <class F, class = std::enable_if_t<!std::is_same_v<std::decay_t<F>, ArgsCall>>>
-  ArgsCall(F& f)  // NOLINT(google-explicit-constructor): a reference wrapper
-      : object_(static_cast<void*>(&f)),
-        call_([](void* o, const std::vector<at::Tensor>& a) -> std::vector<at::Tensor> {
-          return (*static_cast<F*>(o))(a);
-        }) {}
-  std::vector<at::Tensor> operator()(const std::vector<at::Tensor>& per_array) const {
-    return call_(object_, per_array);
-  }
-
- private:
-  void* object_;
-  std::vector<at::Tensor> (*call_)(void*, const std::vector<at::Tensor>&);
-};
-
-// The one vmap core, compiled once per memory space, called by the C++ and Python
-// front-ends of vmap and map_batches: slot mapping, communicator, agreement, chunks,
-// no-aliasing rule, assembly.
-// `arrays`: the `count` DistView arguments, which must stay as they are until the call
-// returns (the C++ front-end points at the caller's arguments; the Python one at its own
-// copies); `tensors`: the tensor arguments passed whole, which outputs must not share either.
-// Returns one DistView per output of the function.
-template <class M>
-std::vector<DistView<M>> vmap_core(const DistView<M>* const* arrays, std::size_t count,
-                                   const std::vector<at::Tensor>& tensors,
-                                   const VmapOptions& options, Mapping mapping,
-                                   const ArgsCall& call);
-// NOLINTBEGIN(bugprone-macro-parentheses): Space is a type
-#define KVMAP_EXTERN_VMAP_CORE(Space)                                             \
-  extern template std::vector<DistView<Space>> vmap_core<Space>(                  \
-      const DistView<Space>* const*, std::size_t, const std::vector<at::Tensor>&, \
-      const VmapOptions&, Mapping, const ArgsCall&);
-// NOLINTEND(bugprone-macro-parentheses)
-KVMAP_FOR_EACH_MEMORY_SPACE(KVMAP_EXTERN_VMAP_CORE)
-#undef KVMAP_EXTERN_VMAP_CORE
 
 template <class T>
 struct is_dist_view : std::false_type {};

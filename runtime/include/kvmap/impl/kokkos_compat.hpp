@@ -1,8 +1,13 @@
 #pragma once
 // The only place in kvmap that knows how Kokkos versions (3.4 .. 4.x) and backends differ:
-// memory space names, device ids, and the list of memory spaces kvmap is built for.
+// memory space names, device ids, Tools regions, and the list of memory spaces kvmap is
+// built for.
 #include <Kokkos_Core.hpp>
+#if KOKKOS_VERSION >= 40000
+#include <Kokkos_Profiling_ScopedRegion.hpp>
+#endif
 
+#include <optional>
 #include <type_traits>
 
 namespace kvmap::Impl {
@@ -93,6 +98,37 @@ using exec_space_of = typename MemorySpace::execution_space;
 template <class MemorySpace>
 inline constexpr bool is_host_accessible =
     Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemorySpace>::accessible;
+
+// A Kokkos Tools region for one scope, so users' tools show where kvmap's time goes:
+// Kokkos::Profiling::ScopedRegion where Kokkos has it (4.0 on), push/popRegion on 3.4. Made
+// only while a tool is loaded: ScopedRegion takes a std::string, which would otherwise be
+// built (and allocated, for names over 15 characters) on every chunk of every call.
+class ScopedRegion {
+ public:
+  explicit ScopedRegion(const char* name) {
+    if (!Kokkos::Tools::profileLibraryLoaded()) return;
+#if KOKKOS_VERSION >= 40000
+    region_.emplace(name);
+#else
+    Kokkos::Profiling::pushRegion(name);
+    pushed_ = true;
+#endif
+  }
+  ~ScopedRegion() {
+#if KOKKOS_VERSION < 40000
+    if (pushed_) Kokkos::Profiling::popRegion();
+#endif
+  }
+  ScopedRegion(const ScopedRegion&) = delete;
+  ScopedRegion& operator=(const ScopedRegion&) = delete;
+
+ private:
+#if KOKKOS_VERSION >= 40000
+  std::optional<Kokkos::Profiling::ScopedRegion> region_;
+#else
+  bool pushed_ = false;
+#endif
+};
 
 }  // namespace kvmap::Impl
 

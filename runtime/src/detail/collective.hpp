@@ -30,7 +30,7 @@
 #include "kvmap/comm.hpp"
 #include "kvmap/dtype.hpp"
 #include "kvmap/error.hpp"
-#include "kvmap/impl/fault_injection.hpp"
+#include "detail/fault_injection.hpp"
 #include "kvmap/layout.hpp"
 
 namespace kvmap::Impl {

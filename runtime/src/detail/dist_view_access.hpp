@@ -3,7 +3,8 @@
 // without communication or checks (the parts were planned and agreed by the caller).
 #include "kvmap/dist_view.hpp"
 
-#include "collective.hpp"
+#include "detail/collective.hpp"
+#include "detail/allocation.hpp"
 
 namespace kvmap::Impl {
 

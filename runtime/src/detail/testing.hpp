@@ -1,0 +1,30 @@
+#pragma once
+// Hooks for kvmap's tests and benchmarks, never for applications: they change how the
+// runtime moves data so that rare paths (large counts, staging through host memory) run on
+// any machine, and emulate rank counts the machine does not have. Not installed, not in
+// kvmap.hpp.
+#include <cstddef>
+
+#include "kvmap/comm.hpp"
+
+namespace kvmap::Impl {
+
+// Lowers the largest element count kvmap passes to one MPI call (INT_MAX by default), so the
+// large-count paths run with small arrays.
+void set_mpi_count_limit(std::size_t limit);
+// Stages MPI's bytes through host buffers for host memory too, so the path a device without
+// GPU-aware MPI takes runs on every backend.
+void set_force_host_staging(bool force);
+
+// A communicator of `size` ranks on which this process plays rank `rank`, and every other
+// rank is taken to do exactly what it does: collectives return this rank's own contribution
+// (gathers repeat it), point-to-point messages are not sent. No MPI call is made, and data
+// from other ranks never arrives. For kvmap-perf's scale scenario: the per-call local work of
+// kvmap's real code paths at a number of ranks the machine does not have.
+Comm emulated_comm(int rank, int size);
+
+struct CommAccess {
+  static Comm make(std::shared_ptr<Comm::Handle> handle);
+};
+
+}  // namespace kvmap::Impl
