@@ -45,6 +45,18 @@ Bytes bytes_of(int who, std::size_t n, int salt) {
   return out;
 }
 
+// 1,000 bytes of root's broadcast by comm.bcast_bytes: the same as one MPI_Bcast of them on
+// MPI_COMM_WORLD, and root's pattern on every rank.
+void check_bcast_bytes(const kvmap::Comm& comm, int root, int salt) {
+  const std::size_t n = 1000;
+  Bytes got = comm.rank() == root ? bytes_of(root, n, salt) : Bytes(n, 0xee);
+  Bytes ref = got;
+  comm.bcast_bytes(got.data(), n, root);
+  MPI_Bcast(ref.data(), static_cast<int>(n), MPI_BYTE, root, MPI_COMM_WORLD);
+  CHECK(got == ref);
+  CHECK(got == bytes_of(root, n, salt));
+}
+
 // Lowers the MPI count limit for one scope and restores it, passing or failing.
 struct CountLimit {
   explicit CountLimit(std::size_t limit) : saved(kvmap::Impl::mpi_count_limit()) {
@@ -294,13 +306,7 @@ TEST_CASE("comm: collectives deliver what the raw MPI call on the world delivers
   // bcast_bytes and bcast_string from every root.
   for (int root = 0; root < P; ++root) {
     INFO("root " << root);
-    const std::size_t n = 1000;
-    Bytes got = me == root ? bytes_of(root, n, 2) : Bytes(n, 0xee);
-    Bytes ref = got;
-    comm.bcast_bytes(got.data(), n, root);
-    MPI_Bcast(ref.data(), static_cast<int>(n), MPI_BYTE, root, MPI_COMM_WORLD);
-    CHECK(got == ref);
-    CHECK(got == bytes_of(root, n, 2));
+    check_bcast_bytes(comm, root, 2);
     const auto text = [](int r) { return "rank " + std::to_string(r) + std::string(5 * r, 'x'); };
     CHECK(comm.bcast_string(text(me), root) == text(root));
     // Root's empty string, whatever the others pass.
@@ -443,12 +449,7 @@ TEST_CASE("comm: under a small MPI count limit, large transfers arrive bit-ident
     // bcast_bytes and bcast_string in pieces of 7 bytes, against one unlimited MPI_Bcast.
     for (int root : {0, P - 1}) {
       INFO("root " << root);
-      const std::size_t n = 1000;
-      Bytes got = me == root ? bytes_of(root, n, 7) : Bytes(n, 0xee);
-      Bytes ref = got;
-      comm.bcast_bytes(got.data(), n, root);
-      MPI_Bcast(ref.data(), static_cast<int>(n), MPI_BYTE, root, MPI_COMM_WORLD);
-      CHECK(got == ref);
+      check_bcast_bytes(comm, root, 7);
       const std::string text(100, static_cast<char>('a' + root % 26));
       CHECK(comm.bcast_string(me == root ? text : std::string(3, '?'), root) == text);
     }

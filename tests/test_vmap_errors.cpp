@@ -17,9 +17,14 @@ using kvmap::DType;
 using kvmap::Layout;
 using kvmap::VmapOptions;
 
-TEST_CASE("errors: mapped inputs that do not match, or no mapped input") {
-  const int P = nranks();
-  auto x = View::zeros({2 * P, 3}, DType::Float32, 0);
+// What every errors case starts from: this rank, the rank that misbehaves, and a split array
+// of two rows per rank.
+struct Ranks {
+  const int P = nranks(), me = rank(), odd = odd_rank();
+  View x = View::zeros({2 * P, 3}, DType::Float32, 0);
+};
+
+TEST_CASE_FIXTURE(Ranks, "errors: mapped inputs that do not match, or no mapped input") {
   SUBCASE("mapped inputs with different layouts") {
     auto y = View::zeros({2 * P + 1, 3}, DType::Float32, 0);
     auto add = [](const at::Tensor& a, const at::Tensor& b) { return a + b.sum(); };
@@ -49,9 +54,8 @@ TEST_CASE("errors: mapped inputs that do not match, or no mapped input") {
   }
 }
 
-TEST_CASE("errors: out_dims that do not fit the outputs, outputs that differ between ranks") {
-  const int P = nranks(), me = rank(), odd = odd_rank();
-  auto x = View::zeros({2 * P, 3}, DType::Float32, 0);
+TEST_CASE_FIXTURE(
+    Ranks, "errors: out_dims that do not fit the outputs, outputs that differ between ranks") {
   SUBCASE("out_dims count differs from the outputs") {
     expect_collective_error<kvmap::ValueError>(
         [&] {
@@ -94,9 +98,8 @@ TEST_CASE("errors: out_dims that do not fit the outputs, outputs that differ bet
   }
 }
 
-TEST_CASE("errors: the function throws on one rank, in any chunk; the next call works") {
-  const int P = nranks(), me = rank(), odd = odd_rank();
-  auto x = View::zeros({2 * P, 3}, DType::Float32, 0);
+TEST_CASE_FIXTURE(Ranks,
+                  "errors: the function throws on one rank, in any chunk; the next call works") {
   SUBCASE("the function throws on one rank only") {
     expect_collective_error<std::runtime_error>(
         [&] {
@@ -114,19 +117,23 @@ TEST_CASE("errors: the function throws on one rank, in any chunk; the next call 
     // 5 samples per rank, one per chunk: rank `odd` fails in its fifth call of f, a chunk
     // run by the Kokkos policy (not chunk 0), with 1 or 2 chunks in flight.
     auto five = View::from_global(at::arange(5 * P, on_device(at::kFloat)).reshape({5 * P, 1}), 0);
-    for (int conc : {1, 2}) {
+    // f doubles its sample and throws `message` on rank `odd` in its n-th call, one sample per
+    // chunk, `conc` chunks in flight; returns how often f ran on this rank.
+    auto fail_in_call = [&](int n, const char* message, int conc) {
       std::atomic<int> calls{0};
       expect_collective_error<std::runtime_error>(
           [&] {
             kvmap::vmap(
                 [&](const at::Tensor& a) {
-                  if (me == odd && ++calls == 5) throw std::runtime_error("the fifth chunk failed");
+                  if (me == odd && ++calls == n) throw std::runtime_error(message);
                   return a * 2;
                 },
                 VmapOptions().chunk_size(1).concurrency(conc))(five);
           },
-          {odd}, "the fifth chunk failed");
-    }
+          {odd}, message);
+      return calls.load();
+    };
+    for (int conc : {1, 2}) fail_in_call(5, "the fifth chunk failed", conc);
     auto y = kvmap::vmap([](const at::Tensor& a) { return a * 2; },
                          VmapOptions().chunk_size(2).concurrency(2))(five);
     CHECK(
@@ -134,26 +141,14 @@ TEST_CASE("errors: the function throws on one rank, in any chunk; the next call 
     // After a failure no further chunk starts: failing in the second of five chunks, one at a
     // time, f runs twice; with two in flight, at most the other chunk of that wave runs too.
     for (int conc : {1, 2}) {
-      std::atomic<int> calls{0};
-      expect_collective_error<std::runtime_error>(
-          [&] {
-            kvmap::vmap(
-                [&](const at::Tensor& a) {
-                  if (me == odd && ++calls == 2)
-                    throw std::runtime_error("the second chunk failed");
-                  return a * 2;
-                },
-                VmapOptions().chunk_size(1).concurrency(conc))(five);
-          },
-          {odd}, "the second chunk failed");
-      if (me == odd) CHECK(calls.load() <= (conc == 1 ? 2 : 3));
+      const int calls = fail_in_call(2, "the second chunk failed", conc);
+      if (me == odd) CHECK(calls <= (conc == 1 ? 2 : 3));
     }
   }
 }
 
-TEST_CASE("errors: arguments that differ between ranks or live on another communicator") {
-  const int P = nranks(), me = rank(), odd = odd_rank();
-  auto x = View::zeros({2 * P, 3}, DType::Float32, 0);
+TEST_CASE_FIXTURE(Ranks,
+                  "errors: arguments that differ between ranks or live on another communicator") {
   SUBCASE("ranks pass different arrays") {
     if (P > 1) {
       // Invalid on one rank only (batch lengths differ there): agreed, nothing hangs.
@@ -189,9 +184,7 @@ TEST_CASE("errors: arguments that differ between ranks or live on another commun
   }
 }
 
-TEST_CASE("errors: options are checked when set and agreed between ranks") {
-  const int P = nranks(), me = rank(), odd = odd_rank();
-  auto x = View::zeros({2 * P, 3}, DType::Float32, 0);
+TEST_CASE_FIXTURE(Ranks, "errors: options are checked when set and agreed between ranks") {
   SUBCASE("options differ between ranks") {
     if (P > 1) {
       expect_collective_error<kvmap::ValueError>(

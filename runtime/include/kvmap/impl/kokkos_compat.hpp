@@ -3,8 +3,11 @@
 // memory space names, device ids, Tools regions, and the list of memory spaces kvmap is
 // built for.
 #include <Kokkos_Core.hpp>
-#if KOKKOS_VERSION >= 40000
+#if __has_include(<Kokkos_Profiling_ScopedRegion.hpp>)  // Kokkos 4
 #include <Kokkos_Profiling_ScopedRegion.hpp>
+#define KVMAP_KOKKOS_HAS_SCOPED_REGION 1
+#else
+#define KVMAP_KOKKOS_HAS_SCOPED_REGION 0
 #endif
 
 #include <optional>
@@ -100,14 +103,14 @@ inline constexpr bool is_host_accessible =
     Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemorySpace>::accessible;
 
 // A Kokkos Tools region for one scope, so users' tools show where kvmap's time goes:
-// Kokkos::Profiling::ScopedRegion where Kokkos has it (4.0 on), push/popRegion on 3.4. Made
+// Kokkos::Profiling::ScopedRegion where Kokkos has it (4.x), push/popRegion on 3.4. Made
 // only while a tool is loaded: ScopedRegion takes a std::string, which would otherwise be
 // built (and allocated, for names over 15 characters) on every chunk of every call.
 class ScopedRegion {
  public:
   explicit ScopedRegion(const char* name) {
     if (!Kokkos::Tools::profileLibraryLoaded()) return;
-#if KOKKOS_VERSION >= 40000
+#if KVMAP_KOKKOS_HAS_SCOPED_REGION
     region_.emplace(name);
 #else
     Kokkos::Profiling::pushRegion(name);
@@ -115,7 +118,7 @@ class ScopedRegion {
 #endif
   }
   ~ScopedRegion() {
-#if KOKKOS_VERSION < 40000
+#if !KVMAP_KOKKOS_HAS_SCOPED_REGION
     if (pushed_) Kokkos::Profiling::popRegion();
 #endif
   }
@@ -123,7 +126,7 @@ class ScopedRegion {
   ScopedRegion& operator=(const ScopedRegion&) = delete;
 
  private:
-#if KOKKOS_VERSION >= 40000
+#if KVMAP_KOKKOS_HAS_SCOPED_REGION
   std::optional<Kokkos::Profiling::ScopedRegion> region_;
 #else
   bool pushed_ = false;
