@@ -514,6 +514,13 @@ TEST_CASE("comm: an emulated communicator reports its rank and size and makes no
   e.bcast_bytes(data.data(), data.size(), 0);
   CHECK(data == mine);
   CHECK(e.bcast_string("mine", 2) == "mine");
+  CHECK(e.bcast_string("mine", 0) == "mine");  // root is taken to pass what this rank passes
+  // allgatherv repeats this rank's block at every rank's displacement.
+  Bytes gathered_v(40, 0xee);
+  e.allgatherv_bytes(mine.data(), 6, gathered_v.data(), {6, 6, 6, 6, 6}, {34, 0, 20, 7, 13});
+  for (int at : {34, 0, 20, 7, 13}) {
+    CHECK(Bytes(gathered_v.begin() + at, gathered_v.begin() + at + 6) == mine);
+  }
   std::vector<double> values{1.5, -2.0, 3.0};
   e.allreduce_sum(values.data(), values.size(), DType::Float64);
   e.allreduce_max(values.data(), values.size(), DType::Float64);

@@ -230,6 +230,7 @@ void Comm::allgather_bytes(const void* mine, std::size_t nbytes, void* all) cons
 }
 
 std::string Comm::bcast_string(const std::string& mine, int root) const {
+  if (size_ == 1 || emulated()) return mine;  // root is taken to have passed this rank's string
   std::uint64_t length = mine.size();
   bcast_bytes(&length, sizeof length, root);
   std::string out = rank_ == root ? mine : std::string(length, '\0');
@@ -330,11 +331,17 @@ void Comm::allreduce_max(void* data, std::size_t n, DType dtype) const {
 
 void Comm::allgatherv_bytes(const void* send, int send_count, void* recv,
                             const std::vector<int>& counts, const std::vector<int>& displs) const {
-  if (emulated()) return;
-  Impl::count_collective();
   const auto n = static_cast<std::size_t>(size_);
   KVMAP_CHECK(counts.size() == n && displs.size() == n, ValueError,
               "kvmap: allgatherv needs one count and displacement per rank");
+  if (emulated()) {  // every rank's block is this rank's, repeated where each rank's goes
+    for (std::size_t r = 0; r < n; ++r) {
+      const auto bytes = static_cast<std::size_t>(std::min(send_count, counts[r]));
+      if (bytes > 0) std::memcpy(static_cast<unsigned char*>(recv) + displs[r], send, bytes);
+    }
+    return;
+  }
+  Impl::count_collective();
   for (int c : counts) Impl::count_received(static_cast<std::uint64_t>(c));
   check_mpi(MPI_Allgatherv(send, send_count, MPI_BYTE, recv, counts.data(), displs.data(), MPI_BYTE,
                            raw()),

@@ -41,26 +41,33 @@ std::size_t checked_span_bytes(const std::vector<std::int64_t>& extents,
   return static_cast<std::size_t>(elements * itemsize);
 }
 
+namespace {
+[[noreturn]] void throw_span_overflow(const std::int64_t* extents, const std::int64_t* strides,
+                                      std::size_t ndim) {
+  throw ValueError("kvmap: shape " + to_string(std::vector<std::int64_t>(extents, extents + ndim)) +
+                   " with strides " +
+                   to_string(std::vector<std::int64_t>(strides, strides + ndim)) +
+                   " spans more elements than int64 can address");
+}
+}  // namespace
+
 ElementSpan element_span(const std::int64_t* extents, const std::int64_t* strides,
                          std::size_t ndim) {
-  ElementSpan span;
+  // One pass (the no-aliasing rule asks this of every output on every call); the message is
+  // built out of line.
+  std::int64_t lo = 0, hi = 0;
+  bool overflow = false;
   for (std::size_t d = 0; d < ndim; ++d) {
-    if (extents[d] == 0) return span;
-  }
-  std::int64_t* ends[2] = {&span.lo, &span.hi};
-  for (std::size_t d = 0; d < ndim; ++d) {
+    if (extents[d] == 0) return {};
     std::int64_t reach = 0;  // (extent - 1) * stride, added to lo (negative) or hi
-    std::int64_t& end = *ends[strides[d] >= 0 ? 1 : 0];
-    KVMAP_CHECK(!__builtin_mul_overflow(extents[d] - 1, strides[d], &reach) &&
-                    !__builtin_add_overflow(end, reach, &end) && end < INT64_MAX,
-                ValueError,
-                "kvmap: shape " << to_string(std::vector<std::int64_t>(extents, extents + ndim))
-                                << " with strides "
-                                << to_string(std::vector<std::int64_t>(strides, strides + ndim))
-                                << " spans more elements than int64 can address");
+    overflow |= __builtin_mul_overflow(extents[d] - 1, strides[d], &reach);
+    overflow |= strides[d] < 0 ? __builtin_add_overflow(lo, reach, &lo)
+                               : __builtin_add_overflow(hi, reach, &hi);
   }
-  span.empty = false;
-  return span;
+  if (overflow || hi == std::numeric_limits<std::int64_t>::max()) {
+    throw_span_overflow(extents, strides, ndim);
+  }
+  return {lo, hi, false};
 }
 
 BoxGeometry make_box_geometry(const std::vector<std::int64_t>& extents,
