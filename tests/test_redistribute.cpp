@@ -208,6 +208,19 @@ TEST_CASE(
   kvmap::Impl::set_mpi_count_limit(saved);
 }
 
+TEST_CASE("bool arrays move their bytes as they are, whatever the bytes") {
+  // Memory of a bool array need not hold 0 or 1 (DistView::empty's does not): redistribution
+  // moves bytes, it does not load bools. Written and compared through uint8 views.
+  const int P = nranks();
+  const at::Tensor full =
+      ((at::arange(4 * P * 3, at::kLong) * 37 + 5) % 256).to(at::kByte).reshape({4 * P, 3});
+  auto v = View::empty({4 * P, 3}, DType::Bool, 0);
+  const std::int64_t off = v.layout().offset(rank()), rows = v.lshape()[0];
+  v.local().view(at::kByte).copy_(on_device(full.narrow(0, off, rows)));
+  CHECK(at::equal(v.resplit(1).allgather().view(at::kByte).cpu(), full));
+  CHECK(at::equal(v.resplit(std::nullopt).local().view(at::kByte).cpu(), full));
+}
+
 TEST_CASE("redistribution counts the bytes it copies") {
   kvmap::reset_stats();
   auto a = View::zeros({8, 4}, DType::Float64, 0);

@@ -13,10 +13,15 @@
 namespace kvmap::Impl {
 
 // The type a kernel moves an element as: the table's storage type, with Kokkos' complex
-// (usable in device code) for std::complex of the same layout.
+// (usable in device code) for std::complex of the same layout, and bytes for bool (memory
+// of a bool array need not hold 0 or 1, e.g. DistView::empty's; loading it as bool is UB).
 template <class T>
 struct kernel_element {
   using type = T;
+};
+template <>
+struct kernel_element<bool> {
+  using type = std::uint8_t;
 };
 template <class R>
 struct kernel_element<std::complex<R>> {
