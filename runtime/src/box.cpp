@@ -36,7 +36,7 @@ LocalBlock buffer_block(unsigned char* data, const Box& box) {
 
 bool contiguous_in(const std::vector<std::int64_t>& strides, const Box& sub) {
   if (sub.volume() <= 1) return true;
-  const auto g = make_box_geometry(sub.extents(), strides, strides);
+  const auto g = make_strided_copy(sub.extents(), strides, strides);
   return g.ndim == 1 && g.src_strides[0] == 1;
 }
 

@@ -70,7 +70,7 @@ ElementSpan element_span(const std::int64_t* extents, const std::int64_t* stride
   return {lo, hi, false};
 }
 
-BoxGeometry make_box_geometry(const std::vector<std::int64_t>& extents,
+StridedCopy make_strided_copy(const std::vector<std::int64_t>& extents,
                               const std::vector<std::int64_t>& src_strides,
                               const std::vector<std::int64_t>& dst_strides) {
   KVMAP_CHECK(extents.size() <= static_cast<std::size_t>(kMaxRank) &&
@@ -80,7 +80,7 @@ BoxGeometry make_box_geometry(const std::vector<std::int64_t>& extents,
                   << kMaxRank << " axes and one stride per axis, got " << extents.size()
                   << " extents and " << src_strides.size() << "/" << dst_strides.size()
                   << " strides");
-  BoxGeometry g;
+  StridedCopy g;
   // Drop unit axes, then merge neighbours that are contiguous in both source and destination.
   for (std::size_t d = 0; d < extents.size(); ++d) {
     if (extents[d] == 1) continue;

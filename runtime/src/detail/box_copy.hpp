@@ -12,9 +12,19 @@
 
 namespace kvmap::Impl {
 
-// The type a kernel moves an element as: the table's storage type, with Kokkos' complex
-// (usable in device code) for std::complex of the same layout, and bytes for bool (memory
-// of a bool array need not hold 0 or 1, e.g. DistView::empty's; loading it as bool is UB).
+// The pair of a complex number as plain data: std::complex's size and alignment (Kokkos'
+// complex is aligned to its size, which adopted memory need not be), copyable in device code.
+template <class R>
+struct complex_parts {
+  R re, im;
+};
+static_assert(sizeof(complex_parts<double>) == sizeof(std::complex<double>) &&
+                  alignof(complex_parts<double>) == alignof(std::complex<double>),
+              "complex_parts has std::complex's layout");
+
+// The type a kernel moves an element as: the table's storage type, with the plain pair for
+// std::complex, and bytes for bool (memory of a bool array need not hold 0 or 1, e.g.
+// DistView::empty's; loading it as bool is undefined).
 template <class T>
 struct kernel_element {
   using type = T;
@@ -25,7 +35,7 @@ struct kernel_element<bool> {
 };
 template <class R>
 struct kernel_element<std::complex<R>> {
-  using type = Kokkos::complex<R>;
+  using type = complex_parts<R>;
 };
 
 template <class Space, class T>
@@ -37,7 +47,7 @@ template <class ExecSpace, class T>
 void box_copy_typed(const ExecSpace& exec,
                     UnmanagedElements<typename ExecSpace::memory_space, const T> src,
                     UnmanagedElements<typename ExecSpace::memory_space, T> dst,
-                    const BoxGeometry& g) {
+                    const StridedCopy& g) {
   const int last = g.ndim - 1;
   constexpr bool on_host =
       Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename ExecSpace::memory_space>::accessible;
@@ -78,7 +88,7 @@ void box_copy_typed(const ExecSpace& exec,
 }
 
 // Elements a box with these extents and strides reaches from its first element.
-inline std::size_t reach(const BoxGeometry& g, const std::int64_t* strides) {
+inline std::size_t reach(const StridedCopy& g, const std::int64_t* strides) {
   std::int64_t last = 0;
   for (int d = 0; d < g.ndim; ++d) last += (g.extents[d] - 1) * strides[d];
   return static_cast<std::size_t>(last) + 1;
@@ -87,7 +97,7 @@ inline std::size_t reach(const BoxGeometry& g, const std::int64_t* strides) {
 // Copies the box of `dtype` elements. Asynchronous on `exec`: fence before reading dst from
 // another space or from MPI.
 template <class ExecSpace>
-void box_copy(const ExecSpace& exec, const void* src, void* dst, const BoxGeometry& g,
+void box_copy(const ExecSpace& exec, const void* src, void* dst, const StridedCopy& g,
               DType dtype) {
   if (g.numel() == 0) return;
   using M = typename ExecSpace::memory_space;

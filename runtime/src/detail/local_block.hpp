@@ -28,8 +28,9 @@ ElementSpan element_span(const std::int64_t* extents, const std::int64_t* stride
 std::size_t checked_span_bytes(const std::vector<std::int64_t>& extents,
                                const std::vector<std::int64_t>& strides, std::size_t itemsize);
 
-// A box of `extents` read with src_strides and written with dst_strides (elements).
-struct BoxGeometry {
+// The loops of one strided copy (not a box of global indices: that is detail/box.hpp's Box):
+// `extents` read with src_strides and written with dst_strides (elements).
+struct StridedCopy {
   int ndim = 0;
   std::int64_t extents[kMaxRank] = {};
   std::int64_t src_strides[kMaxRank] = {};
@@ -43,7 +44,7 @@ struct BoxGeometry {
 };
 
 // Unit axes dropped, neighbours contiguous in both layouts merged (at least one axis).
-BoxGeometry make_box_geometry(const std::vector<std::int64_t>& extents,
+StridedCopy make_strided_copy(const std::vector<std::int64_t>& extents,
                               const std::vector<std::int64_t>& src_strides,
                               const std::vector<std::int64_t>& dst_strides);
 

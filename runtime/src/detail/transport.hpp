@@ -74,7 +74,7 @@ void copy_sub_box(const Exec& exec, DType dtype, const LocalBlock& src, const Bo
                   const LocalBlock& dst, const Box& dst_whole, const Box& sub) {
   if (sub.volume() == 0) return;
   const std::size_t itemsize = size_of(dtype);
-  const auto g = make_box_geometry(sub.extents(), src.strides, dst.strides);
+  const auto g = make_strided_copy(sub.extents(), src.strides, dst.strides);
   box_copy(exec, address(src, src_whole, sub, itemsize),
            const_cast<unsigned char*>(address(dst, dst_whole, sub, itemsize)), g, dtype);
   count_bytes_copied(static_cast<std::uint64_t>(sub.volume()) * itemsize);
