@@ -117,15 +117,15 @@ Exchange<M> plan_exchange(const DistView<M>& src, const Layout& target) {
   return x;
 }
 
-// MPI's view of a side: where it sends from or receives into, and host copies around MPI
-// when the side is staged.
-struct StagedSide {
+// The buffers MPI reads and writes: the sides' own, or their host copies when staged (the
+// send side copied to host memory here, the receive side back by unstage_recv).
+struct MpiBuffers {
   const void* send;
   void* recv;
 };
 
 template <class M>
-StagedSide stage_send(Exchange<M>& x, const void* send_base, void* recv_base) {
+MpiBuffers stage_send(Exchange<M>& x, const void* send_base, void* recv_base) {
   const ExchangePlan& p = *x.plan;
   if (!p.staged) return {send_base, recv_base};
   if (x.send_host)
@@ -160,7 +160,7 @@ void run_allgather(const Exec& exec, Exchange<M>& x, DType dtype) {
   unsigned char* recv_scratch = x.recv_buf ? x.recv_buf->data() : nullptr;
   unsigned char* recv_base = p.recv.packed ? recv_scratch : static_cast<unsigned char*>(x.dst.data);
   exec.fence();
-  const StagedSide mpi = stage_send(x, send_ptr, recv_base);
+  const MpiBuffers mpi = stage_send(x, send_ptr, recv_base);
   if (p.allgatherv) {
     comm.allgatherv_bytes(mpi.send, p.counts[comm.rank()], mpi.recv, p.counts, p.displs);
   } else {
@@ -195,7 +195,7 @@ void run_point_to_point(const Exec& exec, Exchange<M>& x, DType dtype) {
   exec.fence();  // every kernel's writes before MPI reads them
   const void* send_base = p.send.packed ? send_scratch : src.data;
   void* recv_base = p.recv.packed ? recv_scratch : x.dst.data;
-  const StagedSide mpi = stage_send(x, send_base, recv_base);
+  const MpiBuffers mpi = stage_send(x, send_base, recv_base);
   x.src.comm().run(p.exchange, mpi.send, mpi.recv);
   unstage_recv(x, recv_base);
   count_bytes_copied(p.send.mpi_packs + p.recv.mpi_packs);
