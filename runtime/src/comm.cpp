@@ -55,7 +55,6 @@ MPI_Datatype mpi_type(DType dtype) {
 bool fits(std::size_t n) {
   return n <= g_count_limit.load();
 }
-std::atomic<bool> g_force_host_staging{false};
 
 }  // namespace
 
@@ -521,13 +520,6 @@ std::size_t mpi_count_limit() {
 }
 void set_mpi_count_limit(std::size_t limit) {
   g_count_limit = std::min<std::size_t>(std::max<std::size_t>(limit, 1), INT_MAX);
-}
-bool mpi_reads_directly(bool host_accessible) {
-  if (!host_accessible) return KVMAP_GPU_AWARE_MPI != 0;
-  return !g_force_host_staging.load();
-}
-void set_force_host_staging(bool force) {
-  g_force_host_staging = force;
 }
 bool mpi_initialized() {
   int initialized = 0;

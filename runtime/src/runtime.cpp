@@ -1,20 +1,32 @@
 #include "kvmap/runtime.hpp"
 
+#include <mpi.h>
+
 #include <Kokkos_Core.hpp>
+#include <string>
 
 #include "kvmap/comm.hpp"
 #include "kvmap/config.hpp"
 #include "kvmap/error.hpp"
 #include "detail/comm.hpp"
+#include "detail/device_map.hpp"
+#include "detail/gpu_aware_mpi.hpp"
 
 namespace kvmap {
 
 ScopeGuard::ScopeGuard(int& argc, char**& argv) {
   started_mpi_ = Impl::init_mpi(argc, argv);
-  // Kokkos 4's own ScopeGuard aborts when Kokkos is already up, so ask first.
-  if (!Kokkos::is_initialized()) {
-    Kokkos::initialize(argc, argv);
-    started_kokkos_ = true;
+  try {
+    // Kokkos 4's own ScopeGuard aborts when Kokkos is already up, so ask first.
+    if (!Kokkos::is_initialized()) {
+      Impl::initialize_kokkos(argc, argv);
+      started_kokkos_ = true;
+    } else {
+      (void)Impl::gpu_aware_mpi();
+    }
+  } catch (...) {
+    if (started_mpi_) Impl::finalize_mpi();
+    throw;
   }
 }
 
@@ -22,9 +34,31 @@ const char* version() {
   return KVMAP_VERSION_STRING;
 }
 
+namespace {
+// The MPI library's name for itself, first line.
+std::string mpi_library() {
+  char text[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+  int length = 0;
+  MPI_Get_library_version(text, &length);
+  std::string name(text, static_cast<std::size_t>(length));
+  const std::size_t end = name.find_first_of("\n,");
+  return end == std::string::npos ? name : name.substr(0, end);
+}
+}  // namespace
+
 const char* build_info() {
-  return "kvmap " KVMAP_VERSION_STRING " (Kokkos " KVMAP_KOKKOS_VERSION_STRING
-         ", devices " KVMAP_KOKKOS_DEVICES_STRING "; LibTorch " KVMAP_TORCH_VERSION_STRING ")";
+  thread_local std::string text;
+  text = "kvmap " KVMAP_VERSION_STRING " (Kokkos " KVMAP_KOKKOS_VERSION_STRING
+         ", devices " KVMAP_KOKKOS_DEVICES_STRING "; LibTorch " KVMAP_TORCH_VERSION_STRING;
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (Impl::mpi_initialized() && !finalized) {
+    const Impl::GpuAwareDecision gpu_aware = Impl::gpu_aware_mpi();
+    text += "; MPI " + mpi_library() + "; device " + Impl::device_report() + "; GPU-aware MPI " +
+            (gpu_aware.direct ? "yes" : "no") + " (" + gpu_aware.reason + ")";
+  }
+  text += ")";
+  return text.c_str();
 }
 
 ScopeGuard::~ScopeGuard() {

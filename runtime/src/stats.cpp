@@ -1,4 +1,5 @@
 #include "kvmap/stats.hpp"
+#include "detail/gpu_aware_mpi.hpp"
 #include "detail/stats.hpp"
 
 #include <atomic>
@@ -34,6 +35,7 @@ Stats stats() {
   s.bytes_allocated = c.bytes_allocated.load();
   s.bytes_live = c.bytes_live.load();
   s.plans_built = c.plans_built.load();
+  s.gpu_aware_mpi = Impl::gpu_aware_mpi_if_decided();
   return s;
 }
 

@@ -58,4 +58,10 @@ void TorchStreamScope::finish() {
   c10::impl::VirtualGuardImpl(d.type()).getStream(d).synchronize();
 }
 
+void torch_use_device(const DeviceSpec& device) {
+  if (device.kind != DeviceKind::CUDA || device.index < 0) return;
+  const c10::Device d(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device.index));
+  c10::impl::VirtualGuardImpl(d.type()).setDevice(d);
+}
+
 }  // namespace kvmap::Impl

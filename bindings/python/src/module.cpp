@@ -17,6 +17,8 @@
 
 #include "kvmap/kvmap.hpp"
 #include "detail/comm.hpp"
+#include "detail/device_map.hpp"
+#include "detail/gpu_aware_mpi.hpp"
 #include "detail/stats.hpp"
 
 namespace py = pybind11;
@@ -319,7 +321,10 @@ void bind_runtime(py::module_& m) {
   m.def("_initialize", [] {
     if (!kvmap::Impl::mpi_initialized())
       throw kvmap::Error("kvmap: MPI is not initialized (import mpi4py.MPI first)");
-    if (Kokkos::is_initialized()) return;
+    if (Kokkos::is_initialized()) {
+      (void)kvmap::Impl::gpu_aware_mpi();
+      return;
+    }
     // `import kvmap` prints nothing: Kokkos' warnings (e.g. OpenMP's about OMP_PROC_BIND)
     // are off unless the user asked for them through KOKKOS_DISABLE_WARNINGS (or, in the
     // application, through Kokkos' own command line).
@@ -329,7 +334,8 @@ void bind_runtime(py::module_& m) {
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
     int argc = static_cast<int>(args.size());
-    Kokkos::initialize(argc, argv.data());
+    char** argv_data = argv.data();
+    kvmap::Impl::initialize_kokkos(argc, argv_data);
   });
   // The MPI library kvmap was linked with, as the running MPI names itself: compared with
   // mpi4py's at import (two MPI libraries in one process cannot share a communicator).
@@ -361,6 +367,7 @@ void bind_runtime(py::module_& m) {
     d["plans_built"] = s.plans_built;
     d["bytes_allocated"] = s.bytes_allocated;
     d["bytes_live"] = s.bytes_live;
+    d["gpu_aware_mpi"] = s.gpu_aware_mpi;
     return d;
   });
   m.def("_reset_stats", [] { kvmap::reset_stats(); });

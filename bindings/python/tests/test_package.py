@@ -36,17 +36,59 @@ def test_import_prints_nothing():
     result = None
     if COMM.rank == 0:
         # Without the launcher's variables the child is a singleton MPI process of its own.
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("OMP_", "KOKKOS_", "OMPI_", "PMIX_", "PMI_", "HYDRA_", "MPIR_"))
-               or k.startswith("OMPI_ALLOW_RUN_AS_ROOT")}
         with tempfile.TemporaryDirectory() as cwd:
-            p = subprocess.run([sys.executable, "-c", "import kvmap"], cwd=cwd, env=env,
+            p = subprocess.run([sys.executable, "-c", "import kvmap"], cwd=cwd, env=singleton_env(),
                                capture_output=True, timeout=120)
         result = (p.returncode, p.stdout.decode(errors="replace"), p.stderr.decode(errors="replace"))
     rc, out, err = agreed(result)
     assert rc == 0, err
     assert out == ""
     assert err == ""
+
+
+def singleton_env(**extra):
+    """The environment of a fresh singleton MPI process: no launcher, OpenMP or Kokkos variables."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("OMP_", "KOKKOS_", "OMPI_", "PMIX_", "PMI_", "HYDRA_", "MPIR_"))
+           or k.startswith("OMPI_ALLOW_RUN_AS_ROOT")}
+    env.update(extra)
+    return env
+
+
+def test_build_info_reports_mpi_device_and_gpu_aware_decision():
+    """build_info names the running MPI library (as MPI_Get_library_version does), the device this
+    rank uses and the GPU-aware MPI decision with its reason; stats() carries the decision."""
+    info = kvmap.build_info()
+    library = MPI.Get_library_version().splitlines()[0].split(",")[0].strip()
+    assert f"; MPI {library};" in info, (info, library)
+    assert "; device " in info
+    decision = "yes" if kvmap.stats()["gpu_aware_mpi"] else "no"
+    assert f"; GPU-aware MPI {decision} (" in info
+    if os.environ.get("KVMAP_GPU_AWARE_MPI") is None and "AUTO: " in info:
+        assert ("MPIX_" in info) or ("offers no query" in info)
+
+
+@pytest.mark.parametrize("value", ["0", "1", "yes"])
+def test_gpu_aware_mpi_environment_override(value):
+    """KVMAP_GPU_AWARE_MPI=0|1 decides at import (build_info and stats say so); another value
+    stops the import with a message naming the variable."""
+    result = None
+    if COMM.rank == 0:
+        code = "import kvmap; print(kvmap.build_info()); print(kvmap.stats()['gpu_aware_mpi'])"
+        with tempfile.TemporaryDirectory() as cwd:
+            p = subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True,
+                               env=singleton_env(KVMAP_GPU_AWARE_MPI=value), timeout=120)
+        result = (p.returncode, p.stdout.decode(errors="replace"), p.stderr.decode(errors="replace"))
+    rc, out, err = agreed(result)
+    if value == "yes":
+        assert rc != 0
+        assert "KVMAP_GPU_AWARE_MPI='yes' is neither 0" in err, err
+        return
+    assert rc == 0, err
+    info, flag = out.splitlines()
+    word = "yes" if value == "1" else "no"
+    assert f"GPU-aware MPI {word} (KVMAP_GPU_AWARE_MPI={value} in the environment)" in info
+    assert flag == str(value == "1")
 
 
 def test_one_libc10_and_one_libgomp():

@@ -13,6 +13,10 @@ struct Stats {
   std::uint64_t bytes_allocated = 0;  // bytes the runtime allocated in Kokkos memory spaces
   std::int64_t bytes_live = 0;        // of those, still allocated now (not reset by reset_stats)
   std::uint64_t plans_built = 0;      // redistribution plans made (the others came from the cache)
+  // Whether MPI is given device memory (true) or device data is staged through host buffers
+  // (false): the run-time decision of KVMAP_GPU_AWARE_MPI / KVMAP_ENABLE_GPU_AWARE_MPI / the
+  // MPI library, made when kvmap initializes (false before). Not a counter; kept by reset_stats.
+  bool gpu_aware_mpi = false;
 };
 
 Stats stats();

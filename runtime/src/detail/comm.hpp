@@ -1,6 +1,6 @@
 #pragma once
-// The MPI side of kvmap's runtime that users do not call: the count limit, whether MPI reads
-// device memory, the collective release of kvmap's communicators, MPI's start and end.
+// The MPI side of kvmap's runtime that users do not call: the count limit, the collective
+// release of kvmap's communicators, MPI's start and end.
 #include <cstddef>
 
 namespace kvmap {
@@ -8,11 +8,6 @@ namespace Impl {
 // Largest element count kvmap passes to one MPI call (INT_MAX unless lowered by a test,
 // detail/testing.hpp).
 std::size_t mpi_count_limit();
-// Whether MPI is given this memory directly: host memory always, device memory only where
-// kvmap was built for a GPU-aware MPI (KVMAP_ENABLE_GPU_AWARE_MPI); otherwise kvmap stages
-// the bytes through host buffers (counted in stats().bytes_copied). Tests force staging for
-// host memory too, so the staged path runs on every backend.
-bool mpi_reads_directly(bool host_accessible);
 // Frees every duplicate kvmap made (collective, in the same order on every rank; before
 // MPI_Finalize), the agreement's MPI operations and datatypes, and whatever the hooks
 // registered with on_release hold (cached redistribution plans). Comms still held afterwards

@@ -15,6 +15,12 @@ void set_mpi_count_limit(std::size_t limit);
 // Stages MPI's bytes through host buffers for host memory too, so the path a device without
 // GPU-aware MPI takes runs on every backend.
 void set_force_host_staging(bool force);
+// Host memory is given to MPI or staged as the GPU-aware decision says for device memory, so
+// the decision (KVMAP_GPU_AWARE_MPI, the build, the MPI's answer) is seen in bytes_copied on
+// any machine.
+void set_host_follows_gpu_decision(bool follow);
+// Makes the GPU-aware decision again (after a test changed KVMAP_GPU_AWARE_MPI).
+void redecide_gpu_aware_mpi();
 
 // A communicator of `size` ranks on which this process plays rank `rank`, and every other
 // rank is taken to do exactly what it does: collectives return this rank's own contribution

@@ -37,6 +37,10 @@ class TorchStreamScope {
   std::unique_ptr<State> state_;
 };
 
+// Makes `device` torch's current device (from now on, not only for one call): kvmap's
+// initialization points torch at the GPU Kokkos was given (detail/device_map.hpp).
+void torch_use_device(const DeviceSpec& device);
+
 // Whether the Kokkos instance must be fenced before torch reads what Kokkos wrote.
 inline bool kokkos_fence_needed(const DeviceSpec& device) {
   return device.kind != DeviceKind::CPU && !TorchStreamScope::shares_stream(device);

@@ -17,6 +17,7 @@
 #include "detail/comm.hpp"
 #include "detail/dist_view_access.hpp"
 #include "detail/exchange_plan.hpp"
+#include "detail/gpu_aware_mpi.hpp"
 #include "detail/stats.hpp"
 #include "detail/local_block.hpp"
 
@@ -32,8 +33,8 @@ struct Scratch {
   unsigned char* data() const { return static_cast<unsigned char*>(block.data); }
 };
 
-// MPI and device memory: without a GPU-aware MPI (or when tests force it), the packed bytes
-// go through host buffers on their way to and from MPI.
+// MPI and device memory: without a GPU-aware MPI (detail/gpu_aware_mpi.hpp; or when tests
+// force it), the packed bytes go through host buffers on their way to and from MPI.
 template <class M>
 bool staged_through_host() {
   return !mpi_reads_directly(is_host_accessible<M>);
