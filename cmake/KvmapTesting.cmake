@@ -1,8 +1,27 @@
 # Test registration helpers. MPI tests run at every process count in KVMAP_TEST_NPROCS
 # (capped by MPIEXEC_MAX_NUMPROCS), always through
 #   ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} N ${MPIEXEC_PREFLAGS} exe ${MPIEXEC_POSTFLAGS}
-# so a site adds --oversubscribe or --allow-run-as-root without editing CMake.
+# with the launcher flags and environment of the MPI implementation FindMPI found
+# (cmake/KvmapMpiexec.cmake), which a site changes without editing CMake (MPIEXEC_PREFLAGS,
+# KVMAP_MPIEXEC_PREFLAGS, KVMAP_MPIEXEC_ENVIRONMENT). The same launcher, flags and environment
+# are written to <build>/kvmap-mpiexec for scripts.
 include_guard(GLOBAL)
+
+include(KvmapMpiexec)
+kvmap_mpi_launch_defaults("${MPIEXEC_EXECUTABLE}" "${MPI_CXX_LIBRARY_VERSION_STRING}" _kvmap_launch)
+set(KVMAP_MPI_IMPLEMENTATION "${_kvmap_launch_IMPLEMENTATION}")
+set(KVMAP_MPIEXEC_PREFLAGS "${_kvmap_launch_FLAGS}" CACHE STRING
+    "Launcher flags of kvmap's MPI tests after MPIEXEC_PREFLAGS (default: the MPI implementation's)")
+set(KVMAP_MPIEXEC_ENVIRONMENT "${_kvmap_launch_ENVIRONMENT}" CACHE STRING
+    "Environment of kvmap's MPI tests and <build>/kvmap-mpiexec, VAR=value;... (default: the MPI implementation's)")
+# Every MPI test below, and kvmap-mpiexec, use both.
+set(MPIEXEC_PREFLAGS ${MPIEXEC_PREFLAGS} ${KVMAP_MPIEXEC_PREFLAGS})
+if(MPIEXEC_EXECUTABLE)
+  kvmap_write_mpiexec(${PROJECT_BINARY_DIR}/kvmap-mpiexec "${MPIEXEC_EXECUTABLE}" "${MPIEXEC_PREFLAGS}"
+                      "${KVMAP_MPIEXEC_ENVIRONMENT}" "${KVMAP_MPI_IMPLEMENTATION}")
+  message(STATUS "kvmap: MPI ${KVMAP_MPI_IMPLEMENTATION}: ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} N "
+                 "${MPIEXEC_PREFLAGS}; environment ${KVMAP_MPIEXEC_ENVIRONMENT} (${PROJECT_BINARY_DIR}/kvmap-mpiexec)")
+endif()
 
 set(KVMAP_TEST_NPROCS "1;2;3;4" CACHE STRING "Process counts MPI tests run at")
 set(KVMAP_TEST_TIMEOUT 300 CACHE STRING "Timeout of one test in seconds (a hang is a failure)")
@@ -13,8 +32,7 @@ set(KVMAP_TEST_ENVIRONMENT
     "OMP_NUM_THREADS=${KVMAP_TEST_THREADS}"
     "OMP_PROC_BIND=false"
     "OMP_WAIT_POLICY=PASSIVE"
-    # Ranks outnumber cores in tests: waiting ranks yield instead of spinning.
-    "OMPI_MCA_mpi_yield_when_idle=1")
+    ${KVMAP_MPIEXEC_ENVIRONMENT})
 
 function(kvmap_add_test name)
   cmake_parse_arguments(T "" "TIMEOUT" "COMMAND;LABELS" ${ARGN})

@@ -97,17 +97,16 @@ def main():
 
     perf = os.path.join(args.build, "perf", "kvmap-perf")
     valgrind = shutil.which("valgrind")
-    mpiexec = shutil.which("mpiexec")
-    if not os.path.exists(perf) or not valgrind or not mpiexec:
-        sys.exit("perf/instructions.py needs %s, valgrind and mpiexec" % perf)
+    # The build's launcher: the MPI's mpiexec with its implementation's flags and environment.
+    mpiexec = os.path.join(args.build, "kvmap-mpiexec")
+    if not os.path.exists(perf) or not valgrind or not os.path.exists(mpiexec):
+        sys.exit("perf/instructions.py needs %s, valgrind and %s" % (perf, mpiexec))
     out = args.keep or tempfile.mkdtemp(prefix="kvmap-callgrind-")
     os.makedirs(out, exist_ok=True)
     for old in glob.glob(os.path.join(out, "cg.*")):
         os.remove(old)
     env = dict(os.environ, OMP_NUM_THREADS="1", OMP_PROC_BIND="false", OMP_WAIT_POLICY="PASSIVE")
-    if os.geteuid() == 0:
-        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    cmd = [mpiexec, "-np", str(args.np), "--oversubscribe", valgrind, "--tool=callgrind",
+    cmd = [mpiexec, "-n", str(args.np), valgrind, "--tool=callgrind",
            "--collect-atstart=no", "--callgrind-out-file=" + os.path.join(out, "cg.%p"),
            perf, "--scenario", "instructions"] + (["--quick"] if args.quick else [])
     print("running:", " ".join(cmd), flush=True)

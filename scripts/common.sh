@@ -11,6 +11,9 @@ kvmap_prepare() {
   if [ "$preset" = torch2 ]; then
     export KVMAP_TORCH2=1
   fi
+  if [ "$preset" = mpich ]; then
+    export KVMAP_MPICH=1
+  fi
   local deps
   deps="$("$KVMAP_SOURCE_DIR/scripts/install-deps.sh")"
   KVMAP_KOKKOS_PREFIX="$(tail -n1 <<<"$deps")"
@@ -22,13 +25,20 @@ kvmap_prepare() {
     KVMAP_TORCH_DIR="$("$KVMAP_PYTHON" -c 'import os, torch.utils; print(os.path.join(torch.utils.cmake_prefix_path, "Torch"))')"
     export KVMAP_PYTHON KVMAP_TORCH_DIR
   fi
+  if [ "$preset" = mpich ]; then
+    # The Python tests run where mpi4py could be built for MPICH; otherwise they are left out.
+    KVMAP_PYTHON="$(sed -n 's/^mpich-python=//p' <<<"$deps")"
+    if [ -n "$KVMAP_PYTHON" ]; then
+      KVMAP_MPICH_PYTHON=ON
+    else
+      KVMAP_MPICH_PYTHON=OFF KVMAP_PYTHON=/usr/bin/python3
+      echo "[kvmap] MPICH: Python tests skipped: $(sed -n 's/^mpich-python-skipped=//p' <<<"$deps")"
+    fi
+    export KVMAP_PYTHON KVMAP_MPICH_PYTHON
+  fi
   # Compiler cache hits across checkouts in different directories: paths relative to the
   # checkout, and the build directory left out of the hash (ccache hashes it for -g builds).
   export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$KVMAP_SOURCE_DIR}" CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-true}"
-  # Open MPI refuses root unless told; kvmap's CI and containers run as root.
-  if [ "$(id -u)" -eq 0 ]; then
-    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-  fi
   # Kokkos and LibTorch share libgomp: no pinning, no busy waiting, a fixed thread count.
   export OMP_PROC_BIND="${OMP_PROC_BIND:-false}" OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
   cd "$KVMAP_SOURCE_DIR"

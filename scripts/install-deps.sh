@@ -4,7 +4,9 @@
 #   2. Kokkos + Kokkos Kernels 3.4.01 (OpenMP + Serial) built from Debian's own
 #      trilinos source package into a reusable prefix;
 #   3. with KVMAP_TORCH2=1: LibTorch 2.x from PyPI's torch wheel, in a venv of Python >= 3.12
-#      with mpi4py, pybind11, pytest and Heat (the Python side of the torch2 configuration).
+#      with mpi4py, pybind11, pytest and Heat (the Python side of the torch2 configuration);
+#   4. with KVMAP_MPICH=1: Debian's MPICH beside Open MPI, and a venv of Debian's Python (its
+#      torch 1.13 included) with mpi4py built from PyPI's source for MPICH.
 #
 # Environment:
 #   KVMAP_DEPS_PREFIX  where Kokkos is installed (default: $XDG_CACHE_HOME/kvmap or ~/.cache/kvmap)
@@ -14,8 +16,9 @@
 #   KVMAP_TORCH2_SPEC  the pip requirement for torch (default: the tested range below)
 #   KVMAP_TORCH2_BASE_PYTHON  the Python >= 3.12 the venv is made from (default: python3.12
 #                      on PATH or in pyenv, else a newer one)
-# Prints "torch2-python=<venv python>" (with KVMAP_TORCH2=1), then the Kokkos prefix on its
-# last line.
+#   KVMAP_MPICH=1      also install MPICH and make the MPICH venv ($KVMAP_DEPS_PREFIX/mpich-venv)
+# Prints "torch2-python=<venv python>" (with KVMAP_TORCH2=1), "mpich-python=<venv python>" or
+# "mpich-python-skipped=<reason>" (with KVMAP_MPICH=1), then the Kokkos prefix on its last line.
 set -euo pipefail
 
 cache_root="${XDG_CACHE_HOME:-$HOME/.cache}/kvmap"
@@ -49,6 +52,10 @@ if [ "${KVMAP_FUZZ_DEPS:-0}" = 1 ]; then
 fi
 if [ "${KVMAP_DEBIAN_KOKKOS:-0}" = 1 ]; then
   packages+=(libtrilinos-kokkos-dev libtrilinos-kokkos-kernels-dev)
+fi
+if [ "${KVMAP_MPICH:-0}" = 1 ]; then
+  # Open MPI stays the `mpi` alternative; MPICH's tools are mpicxx.mpich, mpiexec.mpich, ...
+  packages+=(libmpich-dev mpich python3-venv)
 fi
 if [ "${KVMAP_TORCH2:-0}" = 1 ]; then
   # The wheel ships ATen/functorch headers that include nlohmann/json.hpp but not that header.
@@ -127,6 +134,35 @@ if [ "${KVMAP_TORCH2:-0}" = 1 ]; then
     log "torch2 venv: $("$venv/bin/python" -c 'import torch; print("torch", torch.__version__)')"
   fi
   echo "torch2-python=$venv/bin/python"
+fi
+
+# ---- MPICH: mpi4py built for it, in a venv of Debian's Python -------------------------------
+# Debian's python3-mpi4py is built for Open MPI; PyPI's mpi4py source builds for the mpicc it
+# is given. The venv sees Debian's packages (torch 1.13, numpy, pytest) and puts its own mpi4py
+# first. When the build fails, the MPICH configuration runs without Python, and says why.
+if [ "${KVMAP_MPICH:-0}" = 1 ]; then
+  mvenv="${KVMAP_DEPS_PREFIX:-$cache_root}/mpich-venv"
+  mstamp="$mvenv/.kvmap-complete"
+  mwant="mpi4py>=4 for $(mpichversion 2>/dev/null | sed -n 's/^MPICH Version:[[:space:]]*//p')"
+  if [ -f "$mstamp" ] && [ "$(cat "$mstamp")" = "$mwant" ] && "$mvenv/bin/python" -c 'import mpi4py' 2>/dev/null; then
+    log "MPICH venv: present in $mvenv ($mwant)"
+    echo "mpich-python=$mvenv/bin/python"
+  else
+    log "making the MPICH venv in $mvenv: $mwant (mpi4py compiled from source)"
+    rm -rf "$mvenv"
+    mlog="$(mktemp)"
+    if /usr/bin/python3 -m venv --system-site-packages "$mvenv" >"$mlog" 2>&1 &&
+       env MPICC=mpicc.mpich "$mvenv/bin/python" -m pip install -q --no-binary=mpi4py "mpi4py>=4" >>"$mlog" 2>&1 &&
+       "$mvenv/bin/python" -c 'from mpi4py import MPI; import sys; sys.exit("MPICH" not in MPI.Get_library_version())' >>"$mlog" 2>&1; then
+      echo "$mwant" >"$mstamp"
+      log "MPICH venv: $("$mvenv/bin/python" -c 'from mpi4py import MPI; print(MPI.Get_library_version().splitlines()[0])')"
+      echo "mpich-python=$mvenv/bin/python"
+    else
+      tail -n 20 "$mlog" >&2
+      echo "mpich-python-skipped=mpi4py could not be built for MPICH from PyPI (log above)"
+    fi
+    rm -f "$mlog"
+  fi
 fi
 
 if [ -f "$prefix/.kvmap-complete" ]; then

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The main job: installs what is missing, builds, and runs the perf harness on its embedded
-# synthetic workload (--quick) under `mpirun -np ${KVMAP_NP:-2}`. Extra arguments go to
+# synthetic workload (--quick) on ${KVMAP_NP:-2} ranks, launched by build/default/kvmap-mpiexec
+# (the MPI's launcher with that implementation's flags). Extra arguments go to
 # kvmap-perf (e.g. --json results.json, --scenario overhead; pass --full for the full run).
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 kvmap_prepare default
@@ -11,4 +12,4 @@ if [ "${1:-}" = --full ]; then
   args=()
   shift
 fi
-exec mpiexec -np "$np" --oversubscribe build/default/perf/kvmap-perf "${args[@]}" "$@"
+exec build/default/kvmap-mpiexec -n "$np" build/default/perf/kvmap-perf "${args[@]}" "$@"

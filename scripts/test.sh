@@ -5,6 +5,9 @@
 #   scripts/test.sh --asan           # C++ tests under ASan + UBSan at 1 and 3 ranks
 #   scripts/test.sh --fuzz           # the libFuzzer target (clang), 60 s from the seed corpus
 #   scripts/test.sh --torch2         # LibTorch 2.x from PyPI's torch wheel (C++20), all tests
+#   scripts/test.sh --mpich          # against Debian's MPICH: C++ tests at 1-4 ranks, Python
+#                                    # tests with mpi4py built for MPICH (skipped, with the
+#                                    # reason, where it cannot be built)
 #   scripts/test.sh --pip [ranks]    # pip install into the torch2 venv, Python tests, uninstall
 # Extra arguments go to ctest (e.g. -R layout, -j 2).
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -15,6 +18,7 @@ case "${1:-}" in
   --asan) preset=asan; shift ;;
   --fuzz) preset=fuzz; shift ;;
   --torch2) preset=torch2; shift ;;
+  --mpich) preset=mpich; shift ;;
 esac
 if [ "$preset" = fuzz ]; then
   export KVMAP_FUZZ_DEPS=1

@@ -521,6 +521,12 @@ std::size_t mpi_count_limit() {
 void set_mpi_count_limit(std::size_t limit) {
   g_count_limit = std::min<std::size_t>(std::max<std::size_t>(limit, 1), INT_MAX);
 }
+std::string mpi_library_version() {
+  char text[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+  int length = 0;
+  MPI_Get_library_version(text, &length);
+  return std::string(text, static_cast<std::size_t>(length));
+}
 bool mpi_initialized() {
   int initialized = 0;
   MPI_Initialized(&initialized);

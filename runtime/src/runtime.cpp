@@ -35,14 +35,10 @@ const char* version() {
 }
 
 namespace {
-// The MPI library's name for itself, first line.
+// The first line of the MPI library's name for itself, up to its first comma.
 std::string mpi_library() {
-  char text[MPI_MAX_LIBRARY_VERSION_STRING] = {};
-  int length = 0;
-  MPI_Get_library_version(text, &length);
-  std::string name(text, static_cast<std::size_t>(length));
-  const std::size_t end = name.find_first_of("\n,");
-  return end == std::string::npos ? name : name.substr(0, end);
+  const std::string name = Impl::mpi_library_version();
+  return name.substr(0, name.find_first_of("\n,"));
 }
 }  // namespace
 

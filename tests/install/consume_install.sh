@@ -54,7 +54,7 @@ elif grep -qv -- "++$n\$" <<<"$flags"; then
   echo "consume_install: the consumer compiles with $flags, not ${std}"; exit 1
 fi
 echo "consume_install: the consumer compiles as ${std}, as kvmap was built: $flags"
-out="$(mpiexec -np 2 --oversubscribe "$work/build/particles")"
+out="$("$build/kvmap-mpiexec" -n 2 "$work/build/particles")"
 echo "$out"
 read -r n expected < <(/usr/bin/python3 "$src/tests/install/particles_reference.py" 2)
 got="$(echo "$out" | sed -n 's/^total energy = //p')"

@@ -54,6 +54,13 @@ def test_versions_variants_dependencies(recipe):
     assert set(versions["0.1.0"]) == {"commit"} and re.fullmatch(r"[0-9a-f]{40}", versions["0.1.0"]["commit"])
     variants = {a[0] for a, kw in names(d, "variant")}
     assert variants == {"python", "perf", "shared", "gpu_aware_mpi"}
+    # gpu_aware_mpi mirrors KVMAP_ENABLE_GPU_AWARE_MPI: AUTO (asked of the MPI at run time) by
+    # default, for GPU builds only.
+    gpu_aware = [kw for a, kw in names(d, "variant") if a[0] == "gpu_aware_mpi"]
+    assert {kw["when"] for kw in gpu_aware} == {"+cuda", "+rocm"}
+    for kw in gpu_aware:
+        assert kw["default"] == "auto" and set(kw["values"]) == {"auto", "on", "off"}
+        assert kw["multi"] is False
     deps = {}
     for a, kw in names(d, "depends_on"):
         deps.setdefault(a[0], []).append(kw)
@@ -189,22 +196,23 @@ def test_cmake_args_use_defines_of_existing_options(recipe, python):
 ])
 def test_cuda_compiles_with_kokkos_compiler(recipe, wrapper, external, expected):
     module, _ = recipe
-    pkg = make(module, {"python": False, "perf": True, "shared": True, "cuda": True, "gpu_aware_mpi": True},
+    pkg = make(module, {"python": False, "perf": True, "shared": True, "cuda": True, "gpu_aware_mpi": "on"},
                kokkos_variants=("+cuda", "+wrapper") if wrapper else ("+cuda",), kokkos_external=external)
     pkg.cmake_args()
     defined = {n: v for n, v, _ in pkg.defined}
     assert defined.get("CMAKE_CXX_COMPILER") == expected
-    assert defined["KVMAP_ENABLE_GPU_AWARE_MPI"] is True
+    assert defined["KVMAP_ENABLE_GPU_AWARE_MPI"] == "on"
+    assert "KVMAP_ENABLE_GPU_AWARE_MPI" in project_cmake_variables()
 
 
 def test_rocm_compiles_with_hipcc(recipe):
     module, _ = recipe
-    pkg = make(module, {"python": False, "perf": False, "shared": True, "rocm": True, "gpu_aware_mpi": False},
+    pkg = make(module, {"python": False, "perf": False, "shared": True, "rocm": True, "gpu_aware_mpi": "auto"},
                kokkos_variants=("+rocm",))
     pkg.cmake_args()
     defined = {n: v for n, v, _ in pkg.defined}
     assert defined["CMAKE_CXX_COMPILER"] == "/opt/rocm/bin/hipcc"
-    assert defined["KVMAP_ENABLE_GPU_AWARE_MPI"] is False
+    assert defined["KVMAP_ENABLE_GPU_AWARE_MPI"] == "auto"
 
 
 @pytest.mark.parametrize("mpi", ["openmpi", "mpich"])

@@ -339,12 +339,7 @@ void bind_runtime(py::module_& m) {
   });
   // The MPI library kvmap was linked with, as the running MPI names itself: compared with
   // mpi4py's at import (two MPI libraries in one process cannot share a communicator).
-  m.def("_mpi_library_version", [] {
-    char text[MPI_MAX_LIBRARY_VERSION_STRING];
-    int length = 0;
-    MPI_Get_library_version(text, &length);
-    return std::string(text, static_cast<std::size_t>(length));
-  });
+  m.def("_mpi_library_version", [] { return kvmap::Impl::mpi_library_version(); });
   m.def("_finalize", [] {
     kvmap::Impl::release_cached_comms();
     // Python may still hold DistViews (or tensors on their memory) at exit: module globals,

@@ -2,6 +2,7 @@
 // The MPI side of kvmap's runtime that users do not call: the count limit, the collective
 // release of kvmap's communicators, MPI's start and end.
 #include <cstddef>
+#include <string>
 
 namespace kvmap {
 namespace Impl {
@@ -15,6 +16,8 @@ std::size_t mpi_count_limit();
 void release_cached_comms();
 void on_release(void (*hook)());
 bool mpi_initialized();
+// The running MPI library's name for itself (MPI_Get_library_version).
+std::string mpi_library_version();
 // Initializes MPI with at least MPI_THREAD_FUNNELED, or checks the thread level of an MPI
 // that is already initialized (Error when it is below FUNNELED). True when this call
 // initialized MPI.

@@ -27,10 +27,13 @@ class Kvmap(CMakePackage, CudaPackage, ROCmPackage):
     variant("python", default=True, description="Build the Python bindings (import kvmap)")
     variant("perf", default=True, description="Build and install the perf harness kvmap-perf")
     variant("shared", default=True, description="Build libkvmap as a shared library")
-    variant("gpu_aware_mpi", default=False, when="+cuda",
-            description="MPI reads device memory (a CUDA-aware MPI); otherwise staged through host")
-    variant("gpu_aware_mpi", default=False, when="+rocm",
-            description="MPI reads device memory (a ROCm-aware MPI); otherwise staged through host")
+    # auto: kvmap asks the MPI library at run time (Open MPI's MPIX_Query_cuda_support or
+    # MPIX_Query_rocm_support, MPICH's MPIX_GPU_query_support); on: MPI is given device
+    # pointers; off: device data is staged through host buffers. KVMAP_GPU_AWARE_MPI=0|1 in the
+    # environment overrides all three at run time.
+    for _gpu in ("+cuda", "+rocm"):
+        variant("gpu_aware_mpi", default="auto", values=("auto", "on", "off"), multi=False,
+                when=_gpu, description="Whether MPI reads device memory (a GPU-aware MPI)")
 
     depends_on("cxx", type="build")
     depends_on("cmake@3.20:", type="build")

@@ -27,4 +27,6 @@ class CMakePackage:
             raise KeyError("define_from_variant: the spec has no variant %r" % variant)
         value = self.spec.variants[variant]
         self.defined.append((name, value, "define_from_variant"))
+        if isinstance(value, str):  # a single-valued variant: its value, as a string
+            return "-D%s:STRING=%s" % (name, value)
         return "-D%s:BOOL=%s" % (name, "ON" if value else "OFF")
