@@ -14,6 +14,9 @@ else()
   set(_kvmap_deps_cache "$ENV{HOME}/.cache/kvmap")
 endif()
 file(GLOB _kvmap_cached_kokkos LIST_DIRECTORIES true "${_kvmap_deps_cache}/kokkos-*")
+# Not the CUDA build (KVMAP_CUDA=1): it needs its nvcc_wrapper as the compiler, so it is used
+# only where named (the preset cuda-compile).
+list(FILTER _kvmap_cached_kokkos EXCLUDE REGEX "-cuda$")
 set(_kvmap_kokkos_howto
     "Install Kokkos (>= 3.4) and Kokkos Kernels with the same backends: scripts/install-deps.sh "
     "builds both into ${_kvmap_deps_cache}/kokkos-3.4.01; spack install kokkos kokkos-kernels; or "

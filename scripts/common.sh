@@ -14,16 +14,29 @@ kvmap_prepare() {
   if [ "$preset" = mpich ]; then
     export KVMAP_MPICH=1
   fi
+  if [ "$preset" = cuda-compile ]; then
+    # Kokkos with the CUDA backend (and the torch2 venv's CUDA torch wheel).
+    export KVMAP_CUDA=1
+  fi
   local deps
   deps="$("$KVMAP_SOURCE_DIR/scripts/install-deps.sh")"
   KVMAP_KOKKOS_PREFIX="$(tail -n1 <<<"$deps")"
   export KVMAP_KOKKOS_PREFIX
-  if [ "$preset" = torch2 ]; then
-    # The preset takes LibTorch and Python from the venv: its torch's CMake package and its
+  if [ "$preset" = torch2 ] || [ "$preset" = cuda-compile ]; then
+    # The preset takes LibTorch from the venv (its torch's CMake package) and, torch2, its
     # interpreter (for the bindings and the Python tests).
-    KVMAP_PYTHON="$(sed -n 's/^torch2-python=//p' <<<"$deps")"
-    KVMAP_TORCH_DIR="$("$KVMAP_PYTHON" -c 'import os, torch.utils; print(os.path.join(torch.utils.cmake_prefix_path, "Torch"))')"
-    export KVMAP_PYTHON KVMAP_TORCH_DIR
+    local torch_python
+    torch_python="$(sed -n 's/^torch2-python=//p' <<<"$deps")"
+    KVMAP_TORCH_DIR="$("$torch_python" -c 'import os, torch.utils; print(os.path.join(torch.utils.cmake_prefix_path, "Torch"))')"
+    export KVMAP_TORCH_DIR
+    if [ "$preset" = torch2 ]; then
+      export KVMAP_PYTHON="$torch_python"
+    fi
+  fi
+  if [ "$preset" = cuda-compile ]; then
+    # The preset's compiler is this prefix's nvcc_wrapper.
+    KVMAP_CUDA_KOKKOS_PREFIX="$(sed -n 's/^cuda-kokkos=//p' <<<"$deps")"
+    export KVMAP_CUDA_KOKKOS_PREFIX
   fi
   if [ "$preset" = mpich ]; then
     # The Python tests run where mpi4py could be built for MPICH; otherwise they are left out.

@@ -6,7 +6,11 @@
 #   3. with KVMAP_TORCH2=1: LibTorch 2.x from PyPI's torch wheel, in a venv of Python >= 3.12
 #      with mpi4py, pybind11, pytest and Heat (the Python side of the torch2 configuration);
 #   4. with KVMAP_MPICH=1: Debian's MPICH beside Open MPI, and a venv of Debian's Python (its
-#      torch 1.13 included) with mpi4py built from PyPI's source for MPICH.
+#      torch 1.13 included) with mpi4py built from PyPI's source for MPICH;
+#   5. with KVMAP_CUDA=1 (implies KVMAP_TORCH2=1): Kokkos + Kokkos Kernels 3.4.01 with the
+#      CUDA backend (sm_80, + Serial, C++20) from the same source, patched for nvcc 13
+#      (scripts/patches/kokkos-3.4.01-cuda13.patch), for the compile-only CUDA build. Needs
+#      nvcc (>= 12) on PATH, not a GPU.
 #
 # Environment:
 #   KVMAP_DEPS_PREFIX  where Kokkos is installed (default: $XDG_CACHE_HOME/kvmap or ~/.cache/kvmap)
@@ -17,12 +21,20 @@
 #   KVMAP_TORCH2_BASE_PYTHON  the Python >= 3.12 the venv is made from (default: python3.12
 #                      on PATH or in pyenv, else a newer one)
 #   KVMAP_MPICH=1      also install MPICH and make the MPICH venv ($KVMAP_DEPS_PREFIX/mpich-venv)
+#   KVMAP_CUDA=1       also build the CUDA Kokkos ($KVMAP_DEPS_PREFIX/kokkos-3.4.01-cuda)
 # Prints "torch2-python=<venv python>" (with KVMAP_TORCH2=1), "mpich-python=<venv python>" or
-# "mpich-python-skipped=<reason>" (with KVMAP_MPICH=1), then the Kokkos prefix on its last line.
+# "mpich-python-skipped=<reason>" (with KVMAP_MPICH=1), "cuda-kokkos=<prefix>" (with
+# KVMAP_CUDA=1), then the (OpenMP) Kokkos prefix on its last line.
 set -euo pipefail
 
 cache_root="${XDG_CACHE_HOME:-$HOME/.cache}/kvmap"
 prefix="${KVMAP_DEPS_PREFIX:-$cache_root}/kokkos-3.4.01"
+cuda_prefix="${KVMAP_DEPS_PREFIX:-$cache_root}/kokkos-3.4.01-cuda"
+cuda_patch="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/patches/kokkos-3.4.01-cuda13.patch"
+if [ "${KVMAP_CUDA:-0}" = 1 ]; then
+  # The CUDA build compiles against the CUDA torch wheel of the torch2 venv.
+  KVMAP_TORCH2=1
+fi
 jobs="$(nproc 2>/dev/null || echo 2)"
 
 log() { echo "[kvmap-deps] $*" >&2; }
@@ -165,8 +177,20 @@ if [ "${KVMAP_MPICH:-0}" = 1 ]; then
   fi
 fi
 
-if [ -f "$prefix/.kvmap-complete" ]; then
+# ---- Kokkos + Kokkos Kernels 3.4.01 from Debian's trilinos source package ----------------
+# The stamp of the CUDA prefix names the patch it was built with: a changed patch rebuilds it.
+cuda_stamp_want=""
+if [ "${KVMAP_CUDA:-0}" = 1 ]; then
+  cuda_stamp_want="$(sha256sum "$cuda_patch" | cut -d' ' -f1)"
+fi
+cuda_done() { [ -f "$cuda_prefix/.kvmap-complete" ] && [ "$(cat "$cuda_prefix/.kvmap-complete")" = "$cuda_stamp_want" ]; }
+
+if [ -f "$prefix/.kvmap-complete" ] && { [ "${KVMAP_CUDA:-0}" != 1 ] || cuda_done; }; then
   log "Kokkos 3.4.01 (OpenMP+Serial) and Kokkos Kernels: present in $prefix"
+  if [ "${KVMAP_CUDA:-0}" = 1 ]; then
+    log "Kokkos 3.4.01 (CUDA+Serial) and Kokkos Kernels: present in $cuda_prefix"
+    echo "cuda-kokkos=$cuda_prefix"
+  fi
   echo "$prefix"
   exit 0
 fi
@@ -203,39 +227,95 @@ if [ -z "$orig" ]; then
   orig="$(ls "$work"/trilinos_*.orig.tar.* | head -n1)"
 fi
 
-tree="$work/trilinos"
-if [ ! -f "$tree/packages/kokkos/CMakeLists.txt" ] || [ ! -f "$tree/packages/kokkos-kernels/CMakeLists.txt" ]; then
-  log "extracting packages/kokkos and packages/kokkos-kernels from $(basename "$orig")"
-  rm -rf "$tree" && mkdir -p "$tree"
-  tar -xf "$orig" -C "$tree" --strip-components=1 --wildcards \
+# extract_tree DIR: packages/kokkos and packages/kokkos-kernels of the source package into DIR.
+extract_tree() {
+  log "extracting packages/kokkos and packages/kokkos-kernels from $(basename "$orig") into $1"
+  rm -rf "$1" && mkdir -p "$1"
+  tar -xf "$orig" -C "$1" --strip-components=1 --wildcards \
     '*/packages/kokkos/*' '*/packages/kokkos-kernels/*'
+}
+
+# build_kokkos TREE PREFIX [CMAKE ARGS...]: Kokkos from TREE, then Kokkos Kernels against it,
+# into PREFIX, in the build directories build-kokkos<S> and build-kokkos-kernels<S> beside
+# TREE (<S>: what follows "trilinos" in TREE's name). -DCMAKE_* arguments (compiler, C++
+# standard) go to both builds, the others (backends, architecture) to Kokkos alone.
+build_kokkos() {
+  local tree="$1" kprefix="$2"
+  shift 2
+  local suffix="${tree##*/trilinos}" both=() core=() arg
+  for arg in "$@"; do
+    case "$arg" in
+      -DCMAKE_*) both+=("$arg") ;;
+      *) core+=("$arg") ;;
+    esac
+  done
+  local common=(-G Ninja -DCMAKE_BUILD_TYPE=Release
+    -DCMAKE_INSTALL_PREFIX="$kprefix" -DBUILD_SHARED_LIBS=ON
+    -DCMAKE_INSTALL_RPATH="$kprefix/lib" -DCMAKE_INSTALL_RPATH_USE_LINK_PATH=ON "${both[@]}")
+  if command -v ccache >/dev/null 2>&1; then common+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
+
+  log "building Kokkos 3.4.01 (${core[*]}) into $kprefix"
+  cmake -S "$tree/packages/kokkos" -B "$work/build-kokkos$suffix" "${common[@]}" \
+    -DKokkos_ENABLE_SERIAL=ON -DKokkos_ENABLE_TESTS=OFF "${core[@]}" >&2
+  cmake --build "$work/build-kokkos$suffix" -j "$jobs" >&2
+  cmake --install "$work/build-kokkos$suffix" >&2
+
+  # No explicit instantiations: kvmap's few Kokkos Kernels calls instantiate from headers in
+  # kvmap's own translation units, which turns a many-minute build into seconds. No TPLs
+  # either (BLAS; cuBLAS and cuSPARSE, whose legacy API that Kokkos Kernels 3.4 calls CUDA 12
+  # removed).
+  log "building Kokkos Kernels 3.4.01 into $kprefix"
+  cmake -S "$tree/packages/kokkos-kernels" -B "$work/build-kokkos-kernels$suffix" "${common[@]}" \
+    -DKokkos_ROOT="$kprefix" -DKokkosKernels_ENABLE_TESTS=OFF -DKokkosKernels_ENABLE_EXAMPLES=OFF \
+    -DKokkosKernels_INST_DOUBLE=OFF -DKokkosKernels_INST_FLOAT=OFF \
+    -DKokkosKernels_INST_COMPLEX_DOUBLE=OFF -DKokkosKernels_INST_COMPLEX_FLOAT=OFF \
+    -DKokkosKernels_INST_ORDINAL_INT=OFF -DKokkosKernels_INST_ORDINAL_INT64_T=OFF \
+    -DKokkosKernels_INST_OFFSET_INT=OFF -DKokkosKernels_INST_OFFSET_SIZE_T=OFF \
+    -DKokkosKernels_INST_LAYOUTLEFT=OFF -DKokkosKernels_INST_LAYOUTRIGHT=OFF \
+    -DKokkosKernels_ENABLE_TPL_BLAS=OFF -DKokkosKernels_ENABLE_TPL_CUBLAS=OFF \
+    -DKokkosKernels_ENABLE_TPL_CUSPARSE=OFF >&2
+  cmake --build "$work/build-kokkos-kernels$suffix" -j "$jobs" >&2
+  cmake --install "$work/build-kokkos-kernels$suffix" >&2
+}
+
+if [ -f "$prefix/.kvmap-complete" ]; then
+  log "Kokkos 3.4.01 (OpenMP+Serial) and Kokkos Kernels: present in $prefix"
+else
+  tree="$work/trilinos"
+  if [ ! -f "$tree/packages/kokkos/CMakeLists.txt" ] || [ ! -f "$tree/packages/kokkos-kernels/CMakeLists.txt" ]; then
+    extract_tree "$tree"
+  fi
+  build_kokkos "$tree" "$prefix" -DCMAKE_CXX_STANDARD=17 -DKokkos_ENABLE_OPENMP=ON
+  touch "$prefix/.kvmap-complete"
+  log "done: $prefix"
 fi
 
-common=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_STANDARD=17
-  -DCMAKE_INSTALL_PREFIX="$prefix" -DBUILD_SHARED_LIBS=ON
-  -DCMAKE_INSTALL_RPATH="$prefix/lib" -DCMAKE_INSTALL_RPATH_USE_LINK_PATH=ON)
-if command -v ccache >/dev/null 2>&1; then common+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
+# CUDA: its own copy of the tree (the OpenMP one stays as Debian ships it), patched for nvcc
+# 13; nvcc_wrapper of the patched tree is the compiler of Kokkos, Kokkos Kernels and kvmap.
+# C++20, as LibTorch >= 2.14 requires of kvmap (Kokkos 3.4 builds as C++20 with nvcc 13).
+if [ "${KVMAP_CUDA:-0}" = 1 ]; then
+  if cuda_done; then
+    log "Kokkos 3.4.01 (CUDA+Serial) and Kokkos Kernels: present in $cuda_prefix"
+  else
+    command -v nvcc >/dev/null 2>&1 || {
+      log "KVMAP_CUDA=1 needs nvcc (CUDA >= 12) on PATH"
+      exit 1
+    }
+    cuda_tree="$work/trilinos-cuda"
+    if [ ! -f "$cuda_tree/.kvmap-patched" ] || [ "$(cat "$cuda_tree/.kvmap-patched")" != "$cuda_stamp_want" ]; then
+      extract_tree "$cuda_tree"
+      log "patching $cuda_tree for nvcc 13: $cuda_patch"
+      patch -d "$cuda_tree" -p1 --forward --quiet <"$cuda_patch" >&2
+      echo "$cuda_stamp_want" >"$cuda_tree/.kvmap-patched"
+    fi
+    rm -rf "$cuda_prefix"
+    build_kokkos "$cuda_tree" "$cuda_prefix" -DCMAKE_CXX_STANDARD=20 \
+      -DCMAKE_CXX_COMPILER="$cuda_tree/packages/kokkos/bin/nvcc_wrapper" \
+      -DKokkos_ENABLE_CUDA=ON -DKokkos_ENABLE_CUDA_LAMBDA=ON -DKokkos_ARCH_AMPERE80=ON
+    echo "$cuda_stamp_want" >"$cuda_prefix/.kvmap-complete"
+    log "done: $cuda_prefix"
+  fi
+  echo "cuda-kokkos=$cuda_prefix"
+fi
 
-log "building Kokkos 3.4.01 (OpenMP + Serial) into $prefix"
-cmake -S "$tree/packages/kokkos" -B "$work/build-kokkos" "${common[@]}" \
-  -DKokkos_ENABLE_OPENMP=ON -DKokkos_ENABLE_SERIAL=ON -DKokkos_ENABLE_TESTS=OFF >&2
-cmake --build "$work/build-kokkos" -j "$jobs" >&2
-cmake --install "$work/build-kokkos" >&2
-
-# No explicit instantiations: kvmap's few Kokkos Kernels calls instantiate from headers in
-# kvmap's own translation units, which turns a many-minute build into seconds.
-log "building Kokkos Kernels 3.4.01 into $prefix"
-cmake -S "$tree/packages/kokkos-kernels" -B "$work/build-kokkos-kernels" "${common[@]}" \
-  -DKokkos_ROOT="$prefix" -DKokkosKernels_ENABLE_TESTS=OFF -DKokkosKernels_ENABLE_EXAMPLES=OFF \
-  -DKokkosKernels_INST_DOUBLE=OFF -DKokkosKernels_INST_FLOAT=OFF \
-  -DKokkosKernels_INST_COMPLEX_DOUBLE=OFF -DKokkosKernels_INST_COMPLEX_FLOAT=OFF \
-  -DKokkosKernels_INST_ORDINAL_INT=OFF -DKokkosKernels_INST_ORDINAL_INT64_T=OFF \
-  -DKokkosKernels_INST_OFFSET_INT=OFF -DKokkosKernels_INST_OFFSET_SIZE_T=OFF \
-  -DKokkosKernels_INST_LAYOUTLEFT=OFF -DKokkosKernels_INST_LAYOUTRIGHT=OFF \
-  -DKokkosKernels_ENABLE_TPL_BLAS=OFF >&2
-cmake --build "$work/build-kokkos-kernels" -j "$jobs" >&2
-cmake --install "$work/build-kokkos-kernels" >&2
-
-touch "$prefix/.kvmap-complete"
-log "done: $prefix"
 echo "$prefix"

@@ -35,10 +35,18 @@ const char* version() {
 }
 
 namespace {
-// The first line of the MPI library's name for itself, up to its first comma.
+// The MPI library's name for itself up to its first line break or comma, blanks collapsed
+// ("Open MPI v4.1.4", "MPICH Version: 4.0.2").
 std::string mpi_library() {
-  const std::string name = Impl::mpi_library_version();
-  return name.substr(0, name.find_first_of("\n,"));
+  const std::string full = Impl::mpi_library_version();
+  std::string name;
+  for (char c : full.substr(0, full.find_first_of("\n,"))) {
+    const bool blank = c == ' ' || c == '\t';
+    if (blank && (name.empty() || name.back() == ' ')) continue;
+    name += blank ? ' ' : c;
+  }
+  while (!name.empty() && name.back() == ' ') name.pop_back();
+  return name;
 }
 }  // namespace
 

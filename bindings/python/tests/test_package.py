@@ -59,7 +59,7 @@ def test_build_info_reports_mpi_device_and_gpu_aware_decision():
     """build_info names the running MPI library (as MPI_Get_library_version does), the device this
     rank uses and the GPU-aware MPI decision with its reason; stats() carries the decision."""
     info = kvmap.build_info()
-    library = MPI.Get_library_version().splitlines()[0].split(",")[0].strip()
+    library = " ".join(MPI.Get_library_version().splitlines()[0].split(",")[0].split())
     assert f"; MPI {library};" in info, (info, library)
     assert "; device " in info
     decision = "yes" if kvmap.stats()["gpu_aware_mpi"] else "no"
