@@ -91,17 +91,20 @@ say "Kokkos_ARCH_$arch"
 # ---- Kokkos: kvmap's CUDA 13 patch where one exists for this version ---------------------
 patch_file="$src_dir/scripts/patches/kokkos-$kokkos_version-cuda13.patch"
 if [ "${cuda_version%%.*}" -ge 13 ] && [ -f "$patch_file" ]; then
-  if patch -d "$kokkos_src" -p1 -R --dry-run -s -f <"$patch_file" >/dev/null 2>&1; then
+  # Paths in the patch are relative to a trilinos tree (a/packages/kokkos/...) or to Kokkos'.
+  strip=1
+  if grep -q '^--- a/packages/kokkos/' "$patch_file"; then strip=3; fi
+  if patch -d "$kokkos_src" -p"$strip" -R --dry-run -s -f <"$patch_file" >/dev/null 2>&1; then
     say "$(basename "$patch_file"): already applied"
   else
-    step kokkos-patch patch -d "$kokkos_src" -p1 -s -f <"$patch_file"
+    step kokkos-patch patch -d "$kokkos_src" -p"$strip" -s -f -i "$patch_file"
   fi
 fi
 
 prefix="$out/build/prefix"
 build="$out/build"
+# C++20: LibTorch >= 2.14 requires it; Kokkos 3.4 accepts it with nvcc >= 12 once patched.
 cxx_std=20
-[ "${kokkos_version%%.*}" -ge 4 ] || cxx_std=17
 common=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX="$prefix" -DBUILD_SHARED_LIBS=ON
   -DCMAKE_INSTALL_RPATH="$prefix/lib" -DCMAKE_INSTALL_RPATH_USE_LINK_PATH=ON)
 step kokkos-configure cmake -S "$kokkos_src" -B "$build/kokkos" "${common[@]}" \

@@ -358,13 +358,20 @@ TEST_CASE("comm: collectives deliver what the raw MPI call on the world delivers
     comm.allgatherv_bytes(mine.data(), count(me), got.data(), counts, displs);
     MPI_Allgatherv(mine.data(), count(me), MPI_BYTE, ref.data(), counts.data(), displs.data(),
                    MPI_BYTE, MPI_COMM_WORLD);
-    CHECK(got == ref);
     Bytes plain(static_cast<std::size_t>(at), 0xee);
     for (int r = 0; r < P; ++r) {
       const Bytes theirs = bytes_of(r, static_cast<std::size_t>(count(r)), 3);
       std::copy(theirs.begin(), theirs.end(), plain.begin() + displs[r]);
     }
     CHECK(got == plain);
+    // MPICH 4.0.2's own MPI_Allgatherv ignores the displacement on one rank (kvmap's does not):
+    // the raw call is a second reference only where it agrees with the plain one.
+    if (ref == plain) {
+      CHECK(got == ref);
+    } else {
+      MESSAGE("this MPI's MPI_Allgatherv misplaces the block on " << P << " rank(s)");
+      CHECK(P == 1);
+    }
   }
 
   // alltoallw with box datatypes: rank me holds a 4 x P matrix of int32 (row-major) and sends

@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <thread>
 
 #include "kvmap/config.hpp"
 #include "kvmap/stats.hpp"
@@ -342,6 +344,16 @@ void Comm::allgatherv_bytes(const void* send, int send_count, void* recv,
   }
   Impl::count_collective();
   for (int c : counts) Impl::count_received(static_cast<std::uint64_t>(c));
+  if (n == 1) {
+    // MPICH 4.0.2 ignores the displacement on a communicator of one rank (it copies to recv
+    // itself): the displacement goes into the pointer instead.
+    const int zero = 0;
+    check_mpi(
+        MPI_Allgatherv(send, send_count, MPI_BYTE, static_cast<unsigned char*>(recv) + displs[0],
+                       counts.data(), &zero, MPI_BYTE, raw()),
+        "MPI_Allgatherv");
+    return;
+  }
   check_mpi(MPI_Allgatherv(send, send_count, MPI_BYTE, recv, counts.data(), displs.data(), MPI_BYTE,
                            raw()),
             "MPI_Allgatherv");
@@ -502,7 +514,12 @@ std::string message_of(const std::exception_ptr& error) {
 void Comm::abort(const std::string& message) const {
   std::fprintf(stderr, "%s\n", message.c_str());
   std::fflush(stderr);
-  MPI_Abort(handle_->comm != MPI_COMM_NULL ? handle_->comm : MPI_COMM_WORLD, 70);
+  // The launcher forwards a rank's output asynchronously, and MPICH's Hydra drops what it has
+  // not forwarded when the abort reaches it: give it a moment to pass the message on.
+  std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  // The whole job: MPICH (4.0.2) ends only the caller when given another communicator, and
+  // leaves the other ranks waiting in the call's collectives.
+  MPI_Abort(MPI_COMM_WORLD, 70);
   std::abort();
 }
 

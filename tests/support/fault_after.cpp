@@ -1,10 +1,15 @@
 // kvmap_fault_after <site>: arms a fault in the execute phase (after the agreement) of one
 // collective entry point on the last rank and calls it. kvmap must end the whole job with a
-// message naming the site (MPI_Abort); returning from the call is a failure (exit 3).
+// message naming the site (MPI_Abort); returning from the call is a failure (exit 3). A rank
+// other than the last one may finish its part of a call before the fault: it then waits for
+// the abort instead of exiting, since a rank that exits first can make some launchers (MPICH's
+// Hydra) end the job before the last rank's message is written.
 #include <ATen/ATen.h>
 
+#include <chrono>
 #include <cstdio>
 #include <string>
+#include <thread>
 
 #include "detail/fault_injection.hpp"
 #include "kvmap/kvmap.hpp"
@@ -34,6 +39,7 @@ int main(int argc, char** argv) {
                    "kvmap_fault_after: %s returned on rank %d although its execute phase failed\n",
                    site.c_str(), world.rank());
       status = 3;
+      if (world.rank() != victim) std::this_thread::sleep_for(std::chrono::seconds(30));
     }
   }
   return status;
