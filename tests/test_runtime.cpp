@@ -256,3 +256,23 @@ TEST_CASE("GPU-aware MPI: KVMAP_GPU_AWARE_MPI=0 stages, =1 does not (bytes_copie
   CHECK_THROWS_WITH_AS(kvmap::Impl::redecide_gpu_aware_mpi(),
                        doctest::Contains("KVMAP_GPU_AWARE_MPI='maybe'"), kvmap::Error);
 }
+
+TEST_CASE("GPU-aware MPI: a bad KVMAP_GPU_AWARE_MPI on one rank stops every rank at start") {
+  RestoreDecision restore;
+  const int last = world_size() - 1;
+  if (world_rank() == last) {
+    setenv("KVMAP_GPU_AWARE_MPI", "2", 1);
+    CHECK_THROWS_AS(kvmap::Impl::redecide_gpu_aware_mpi(), kvmap::Error);
+  } else {
+    unsetenv("KVMAP_GPU_AWARE_MPI");
+    kvmap::Impl::redecide_gpu_aware_mpi();
+  }
+  // What kvmap's initialization runs: every rank throws, the bad one with its own message.
+  CHECK_THROWS_WITH_AS(
+      kvmap::Impl::decide_gpu_aware_mpi_on_every_rank(),
+      doctest::Contains(world_rank() == last ? "KVMAP_GPU_AWARE_MPI='2'" : "on another rank"),
+      kvmap::Error);
+  unsetenv("KVMAP_GPU_AWARE_MPI");
+  kvmap::Impl::redecide_gpu_aware_mpi();
+  CHECK_NOTHROW(kvmap::Impl::decide_gpu_aware_mpi_on_every_rank());
+}

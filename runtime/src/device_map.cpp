@@ -114,7 +114,7 @@ int visible_devices() {
 }
 
 void initialize_kokkos(int& argc, char**& argv) {
-  (void)gpu_aware_mpi();  // a bad KVMAP_GPU_AWARE_MPI stops here, before Kokkos starts
+  decide_gpu_aware_mpi_on_every_rank();  // a bad KVMAP_GPU_AWARE_MPI stops every rank here
   Choice choice;
   choice.made_by_kvmap_init = true;
   std::string device_flag;

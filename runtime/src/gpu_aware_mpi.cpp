@@ -117,6 +117,22 @@ GpuAwareDecision gpu_aware_mpi() {
   return *g_decision;
 }
 
+void decide_gpu_aware_mpi_on_every_rank() {
+  std::string error;
+  try {
+    (void)gpu_aware_mpi();
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  const int failed = error.empty() ? 0 : 1;
+  int any_failed = 0;
+  MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (any_failed == 0) return;
+  throw Error(failed ? error
+                     : "kvmap: KVMAP_GPU_AWARE_MPI is neither 0 nor 1 on another rank (its "
+                       "message names the value)");
+}
+
 bool gpu_aware_mpi_if_decided() {
   return g_direct.load() == 1;
 }
@@ -137,6 +153,8 @@ void set_host_follows_gpu_decision(bool follow) {
 
 void redecide_gpu_aware_mpi() {
   std::lock_guard<std::mutex> lock(g_decision_mutex);
+  g_decision.reset();  // a failed decision leaves none made
+  g_direct = -1;
   g_decision = decide_now();
   g_direct = g_decision->direct ? 1 : 0;
 }

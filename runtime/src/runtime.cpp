@@ -22,7 +22,7 @@ ScopeGuard::ScopeGuard(int& argc, char**& argv) {
       Impl::initialize_kokkos(argc, argv);
       started_kokkos_ = true;
     } else {
-      (void)Impl::gpu_aware_mpi();
+      Impl::decide_gpu_aware_mpi_on_every_rank();
     }
   } catch (...) {
     if (started_mpi_) Impl::finalize_mpi();

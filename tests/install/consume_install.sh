@@ -32,6 +32,22 @@ refused() {  # refused <what> <CMake variable> <expected message>
 }
 refused Kokkos Kokkos_DIR "kvmap was built against Kokkos"
 refused LibTorch Torch_DIR "kvmap was built against LibTorch"
+# With Open MPI and MPICH side by side: the consumer gets kvmap's MPI (checked by the run
+# below, which fails with two MPI libraries in one process), and a project that names the
+# other one's wrapper is refused.
+built_with="$(sed -n 's/^set(kvmap_MPI_CXX_COMPILER "\(.*\)")$/\1/p' "$work/prefix"/lib*/cmake/kvmap/kvmapConfig.cmake)"
+other=""
+for w in /usr/bin/mpicxx.openmpi /usr/bin/mpicxx.mpich; do
+  if [ -x "$w" ] && [ "$(readlink -f "$w")" != "$(readlink -f "$built_with")" ]; then other="$w"; fi
+done
+if [ -n "$other" ]; then
+  if cmake -S "$work/particles" -B "$work/build-other-mpi" -G Ninja -DCMAKE_PREFIX_PATH="$work/prefix" \
+       -DMPI_CXX_COMPILER="$other" >"$work/other-mpi.log" 2>&1; then
+    echo "consume_install: another MPI ($other; kvmap's: $built_with) was accepted"; exit 1
+  fi
+  grep -q "kvmap was built against the MPI of" "$work/other-mpi.log" || { cat "$work/other-mpi.log"; exit 1; }
+  echo "consume_install: another MPI ($other) is refused with a clear message"
+fi
 # The exported targets name LibTorch by its imported target, never by a library path of this
 # machine, and carry the C++ standard kvmap was built with.
 targets="$(cat "$work/prefix"/lib*/cmake/kvmap/kvmapTargets.cmake)"

@@ -322,7 +322,7 @@ void bind_runtime(py::module_& m) {
     if (!kvmap::Impl::mpi_initialized())
       throw kvmap::Error("kvmap: MPI is not initialized (import mpi4py.MPI first)");
     if (Kokkos::is_initialized()) {
-      (void)kvmap::Impl::gpu_aware_mpi();
+      kvmap::Impl::decide_gpu_aware_mpi_on_every_rank();
       return;
     }
     // `import kvmap` prints nothing: Kokkos' warnings (e.g. OpenMP's about OMP_PROC_BIND)

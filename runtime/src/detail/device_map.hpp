@@ -31,9 +31,8 @@ NodeRank node_local_rank(MPI_Comm comm);
 int visible_devices();
 
 // Initializes Kokkos with argc/argv (as Kokkos::initialize), on the device this rank maps to
-// unless the user chose; collective over MPI_COMM_WORLD when there is a GPU backend. Makes
-// the GPU-aware MPI decision (detail/gpu_aware_mpi.hpp), so that a bad KVMAP_GPU_AWARE_MPI
-// is reported here.
+// unless the user chose; collective over MPI_COMM_WORLD. Makes the GPU-aware MPI decision
+// first (detail/gpu_aware_mpi.hpp), so that a bad KVMAP_GPU_AWARE_MPI stops every rank here.
 void initialize_kokkos(int& argc, char**& argv);
 
 // "cuda:1 (node-local rank 1 of 4, 4 devices visible, mapped by kvmap)", "host", ...
