@@ -129,8 +129,6 @@ struct LocalMeta {
 struct LocalRows {
   std::int64_t count;
   std::uint64_t meta;
-  // A payload's reduction (Collective's interface); this one is gathered, never reduced.
-  [[maybe_unused]] static void combine(const LocalRows&, LocalRows&) {}
 };
 
 std::string describe(const LocalMeta& m) {
