@@ -11,4 +11,5 @@
 #include "kvmap/runtime.hpp"
 #include "kvmap/stats.hpp"
 #include "kvmap/tensor_bridge.hpp"
+#include "kvmap/tolerance.hpp"
 #include "kvmap/vmap.hpp"
