@@ -311,4 +311,24 @@ void require_same(bool ok, const std::string& scenario, const std::string& conte
   }
 }
 
+double require_close(const std::string& scenario, const std::string& case_name,
+                     const std::string& contender, const at::Tensor& actual,
+                     const Expected& expected) {
+  const kvmap::Closeness c = kvmap::check_close(actual, expected.exact, expected.bound);
+  if (c.ok) return c.ratio;
+  std::ostringstream why;
+  why << "in scenario '" << scenario << "', case '" << case_name << "', the contender '"
+      << contender << "' computes something else than the reference: " << c.describe();
+  if (!c.position.empty() && expected.direct.defined() &&
+      expected.direct.sizes() == actual.sizes()) {
+    at::Tensor direct = expected.direct.detach().to(at::kCPU).to(at::kDouble);
+    for (std::int64_t i : c.position) direct = direct[i];
+    why.precision(9);
+    why << "; there the direct call gives " << direct.item<double>() << " and float64 gives "
+        << c.reference;
+  }
+  why << "; no timing is reported";
+  throw std::runtime_error("kvmap-perf: " + why.str());
+}
+
 }  // namespace kvmap_perf

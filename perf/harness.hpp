@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kvmap/comm.hpp"
+#include "kvmap/tolerance.hpp"
 
 namespace kvmap_perf {
 
@@ -83,8 +84,26 @@ void count_allocations(bool on);
 std::uint64_t allocated_bytes();
 std::uint64_t allocations();
 
-// Throws std::runtime_error("...contender X computes something else...") unless ok.
+// Throws std::runtime_error("...contender X computes something else...") unless ok: for
+// results that must be exact (data movement, counters).
 void require_same(bool ok, const std::string& scenario, const std::string& contender);
+
+// What a floating-point contender must compute: the direct call's result (what the timings
+// compare against), the same computation in float64, and the rounding-error bound that
+// follows from the computation (kvmap::check_close).
+struct Expected {
+  at::Tensor direct;
+  at::Tensor exact;
+  kvmap::ErrorBound bound;
+};
+
+// Checks `actual` against expected.exact under expected.bound and returns error / bound at the
+// worst element (reported as the figure "error_over_bound"). Outside the bound it throws: the
+// message names the scenario, the case, the contender, the worst element, the contender's,
+// the direct call's and the float64 value there, and the bound; no timing is reported.
+double require_close(const std::string& scenario, const std::string& case_name,
+                     const std::string& contender, const at::Tensor& actual,
+                     const Expected& expected);
 
 std::string format_seconds(double s);
 

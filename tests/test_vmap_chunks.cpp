@@ -27,7 +27,7 @@ TEST_CASE("chunks in flight: concurrency > 1 gives the same result") {
   for (int conc : {1, 2, 3}) {
     kvmap::DistView<TestMemSpace> y =
         kvmap::vmap(f, VmapOptions().chunk_size(2).concurrency(conc))(x);
-    CHECK(close(y.allgather(), ref[0]));
+    CHECK(close(y.allgather(), ref[0], 16));  // trace(m m^T): 8-term dots, an 8-term sum
   }
 }
 
@@ -61,7 +61,7 @@ TEST_CASE("chunks in flight run under the caller's grad mode, inference mode and
         auto y = kvmap::vmap(f, options(conc))(x);
         CHECK(chunks.load() == y.lshape()[0]);
         CHECK(saw_other_mode.load() == 0);
-        CHECK(close(y.allgather(), ref[0]));
+        CHECK(close(y.allgather(), ref[0], 4));  // sin, then an exact doubling
         // Chunks really are in flight at once where LibTorch allows it: on several threads.
         const int host_threads = Kokkos::DefaultHostExecutionSpace().concurrency();
         const bool parallel =
@@ -87,7 +87,7 @@ TEST_CASE("chunks in flight run under the caller's grad mode, inference mode and
         got = kvmap::vmap(f, options(conc))(x).allgather();
       }
       CHECK(outside.load() == 0);
-      CHECK(close(got, ref[0]));
+      CHECK(close(got, ref[0], 4));
     }
   }
   SUBCASE("different randomness") {
@@ -100,12 +100,16 @@ TEST_CASE("chunks in flight run under the caller's grad mode, inference mode and
       INFO("concurrency " << conc);
       at::manual_seed(42);
       auto [det, noisy] = kvmap::vmap(f, options(conc).randomness(Randomness::Different))(x);
-      CHECK(close(det.allgather(), ref[0]));
+      CHECK(close(det.allgather(), ref[0], 4));
+      // (v + draw) - v recovers the draw up to the rounding of the two additions.
       const at::Tensor draws = noisy.allgather() - full;
-      CHECK(draws.min().item<double>() >= -1e-12);
-      CHECK(draws.max().item<double>() < 1.0 + 1e-12);
+      const double slack =
+          2 * kvmap::unit_roundoff(at::kDouble) * (full.abs().max().item<double>() + 1.0);
+      CHECK(draws.min().item<double>() >= -slack);
+      CHECK(draws.max().item<double>() < 1.0 + slack);
       for (int64_t i = 0; i < n; ++i) {
-        for (int64_t j = i + 1; j < n; ++j) CHECK_FALSE(at::allclose(draws[i], draws[j]));
+        for (int64_t j = i + 1; j < n; ++j)
+          CHECK((draws[i] - draws[j]).abs().max().item<double>() > slack);
       }
     }
   }

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <ostream>
 #include <sstream>
 
 #include "kvmap/error.hpp"
@@ -152,6 +153,10 @@ std::string Closeness::describe() const {
       << roundings << " roundings; error/bound " << number(ratio) << ")";
   }
   return s.str();
+}
+
+std::ostream& operator<<(std::ostream& out, const Closeness& c) {
+  return out << c.describe();
 }
 
 }  // namespace kvmap

@@ -35,12 +35,19 @@ inline at::Tensor randn_everywhere(at::IntArrayRef shape, at::ScalarType type, s
   return on_device(at::randn(shape, g, at::TensorOptions().dtype(at::kDouble)).to(type));
 }
 
-// Equal shapes and dtypes, values within 1e-4 (float32) or 1e-9 (otherwise).
-inline bool close(const at::Tensor& a, const at::Tensor& b) {
-  const bool single = a.scalar_type() == at::kFloat;
-  return a.sizes() == b.sizes() && a.scalar_type() == b.scalar_type() &&
-         at::allclose(a.to(at::kDouble), b.to(at::kDouble), single ? 1e-4 : 1e-9,
-                      single ? 1e-4 : 1e-9);
+// `got` has the dtype of `ref`, a reference computed in the same precision (the per-sample
+// loop), and is within the rounding bound of it: kvmap::check_close, norm-wise unless
+// `magnitudes` are given, with `roundings` along the longest chain of the mapped function
+// (non-floating outputs compare exactly). Printed by CHECK when it fails.
+inline kvmap::Closeness close(const at::Tensor& got, const at::Tensor& ref, std::int64_t roundings,
+                              const at::Tensor& magnitudes = {}) {
+  if (got.defined() && ref.defined() && got.scalar_type() != ref.scalar_type()) {
+    kvmap::Closeness c;
+    c.mismatch = std::string("dtypes differ: ") + c10::toString(got.scalar_type()) +
+                 " against the reference's " + c10::toString(ref.scalar_type());
+    return c;
+  }
+  return kvmap::check_close(got, ref, kvmap::ErrorBound{roundings, magnitudes});
 }
 
 // Every rank of the world, in order (what a failure on every rank names).

@@ -29,7 +29,8 @@ if _major_minor(_torch.__version__) != _major_minor(_build.TORCH_VERSION):
                       "or reconfigure the CMake build)" % (_build.TORCH_VERSION, _torch.__version__))
 
 from . import _comms, _kvmap  # noqa: E402
-from ._kvmap import DistView, Error, RemoteError, build_info, version  # noqa: E402
+from ._kvmap import (Closeness, DistView, Error, RemoteError, build_info, check_close,  # noqa: E402
+                     version)
 
 # mpi4py and kvmap must use one MPI library: two in one process share no communicator.
 if _kvmap._mpi_library_version().strip("\x00 \n") != _MPI.Get_library_version().strip("\x00 \n"):
@@ -50,7 +51,7 @@ def _finalize():
     _kvmap._finalize()
 
 
-__all__ = ["DistView", "Error", "RemoteError", "array", "zeros", "ones", "full", "arange",
+__all__ = ["DistView", "Error", "RemoteError", "Closeness", "check_close", "array", "zeros", "ones", "full", "arange",
            "vmap", "map_batches", "random", "from_heat", "manual_seed", "dot", "nrm2", "stats", "reset_stats",
            "version", "build_info"]
 __version__ = version()

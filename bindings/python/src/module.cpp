@@ -531,6 +531,49 @@ void bind_factories(py::module_& m) {
   });
 }
 
+// kvmap.check_close: results against a reference under a rounding-error bound
+// (kvmap/tolerance.hpp), the check kvmap's own tests, examples and benchmarks use.
+void bind_tolerance(py::module_& m) {
+  py::class_<kvmap::Closeness>(m, "Closeness")
+      .def_readonly("ok", &kvmap::Closeness::ok)
+      .def_readonly("form", &kvmap::Closeness::form)
+      .def_readonly("mismatch", &kvmap::Closeness::mismatch)
+      .def_readonly("elements", &kvmap::Closeness::elements)
+      .def_property_readonly("position",
+                             [](const kvmap::Closeness& c) { return to_tuple(c.position); })
+      .def_readonly("actual", &kvmap::Closeness::actual)
+      .def_readonly("reference", &kvmap::Closeness::reference)
+      .def_readonly("error", &kvmap::Closeness::error)
+      .def_readonly("bound", &kvmap::Closeness::bound)
+      .def_readonly("ratio", &kvmap::Closeness::ratio)
+      .def_readonly("roundings", &kvmap::Closeness::roundings)
+      .def("describe", &kvmap::Closeness::describe)
+      .def("__bool__", [](const kvmap::Closeness& c) { return c.ok; })
+      .def("__repr__",
+           [](const kvmap::Closeness& c) { return "kvmap.Closeness(" + c.describe() + ")"; });
+  m.def(
+      "check_close",
+      [](const at::Tensor& actual, const at::Tensor& reference, std::int64_t roundings,
+         const py::object& magnitudes) {
+        kvmap::ErrorBound bound{roundings, {}};
+        if (py::isinstance<py::float_>(magnitudes) || py::isinstance<py::int_>(magnitudes)) {
+          bound.magnitudes = at::full({}, magnitudes.cast<double>(), at::kDouble);
+        } else if (!magnitudes.is_none()) {
+          bound.magnitudes = magnitudes.cast<at::Tensor>();
+        }
+        return kvmap::check_close(actual, reference, bound);
+      },
+      py::arg("actual"), py::arg("reference"), py::kw_only(), py::arg("roundings") = 1,
+      py::arg("magnitudes") = py::none(),
+      "Whether `actual` is within the rounding-error bound of `reference`:\n"
+      "|actual - reference| <= roundings * (u(actual) + u(reference)) * m, elementwise, with u\n"
+      "the dtypes' unit roundoff and m the per-element sum of the terms' magnitudes\n"
+      "(`magnitudes`, float64) or, without them, max |reference| (norm-wise). `roundings`\n"
+      "counts the roundings along the longest chain making one element: k for a k-term sum or\n"
+      "dot product, 1 per arithmetic operation, 4 per elementary function. Returns a Closeness\n"
+      "(true when within; repr names the worst element, both values and the bound).");
+}
+
 // kvmap.vmap and kvmap.map_batches: the C++ callable they return.
 void bind_vmap(py::module_& m) {
   py::class_<PyMapped>(m, "Mapped", py::dynamic_attr(),
@@ -566,5 +609,6 @@ PYBIND11_MODULE(_kvmap, m) {
   bind_runtime(m);
   bind_dist_view(m);
   bind_factories(m);
+  bind_tolerance(m);
   bind_vmap(m);
 }

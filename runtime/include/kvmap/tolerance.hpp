@@ -25,12 +25,17 @@
 #include <c10/core/ScalarType.h>
 
 #include <cstdint>
+#include <iosfwd>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace kvmap {
 
 struct ErrorBound {
+  // Implicit from a rounding count: check_close(a, b, 64) is the norm-wise bound of 64.
+  ErrorBound(std::int64_t roundings = 1, at::Tensor magnitudes = {})  // NOLINT
+      : roundings(roundings), magnitudes(std::move(magnitudes)) {}
   // Roundings along the longest chain that makes one element (>= 1).
   std::int64_t roundings = 1;
   // Optional: per element, the sum of the magnitudes of the terms that made it (float64,
@@ -54,6 +59,9 @@ struct Closeness {
   // One line: the verdict, the worst element, both values, the error, the bound and its form.
   std::string describe() const;
 };
+
+// Writes describe() (so test frameworks print the verdict of a failed check).
+std::ostream& operator<<(std::ostream& out, const Closeness& c);
 
 // The unit roundoff of a floating dtype (half the distance from 1 to the next value); 0 for
 // integral and boolean dtypes.
