@@ -111,11 +111,10 @@ int main(int argc, char** argv) {
     const auto f64 = at::TensorOptions().dtype(at::kDouble);
     // The model computes in float32: its results are compared as float32 (the forces came
     // back as float64 copies of float32 values).
-    const kvmap::Closeness energy_check = kvmap::check_close(
-        e.narrow(0, 0, checked).to(at::kFloat), at::tensor(e64, f64), {roundings});
-    const kvmap::Closeness force_check =
-        kvmap::check_close(f.narrow(0, 0, checked).reshape({-1}).to(at::kFloat),
-                           at::tensor(fd, f64), {2 * roundings});
+    const kvmap::Closeness energy_check = kvmap::check_close(e.narrow(0, 0, checked).to(at::kFloat),
+                                                             at::tensor(e64, f64), {roundings});
+    const kvmap::Closeness force_check = kvmap::check_close(
+        f.narrow(0, 0, checked).reshape({-1}).to(at::kFloat), at::tensor(fd, f64), {2 * roundings});
     double worst = std::max(energy_check.ratio, force_check.ratio);
     failed = energy_check && force_check ? 0 : 1;
     if (failed) {

@@ -1,13 +1,16 @@
 #include "harness.hpp"
 
 #include <ATen/Parallel.h>
+#include <ATen/Version.h>
 #include <Kokkos_Core.hpp>
 #include <torch/version.h>
+#include <dlfcn.h>
 #include <malloc.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <ctime>
 #include <fstream>
@@ -264,6 +267,19 @@ std::map<std::string, std::string> machine() {
       blas = "reference or alternative BLAS (" + path + ")";
   }
   m["blas"] = blas;
+  // The kernels BLAS and ATen picked for this CPU (they set the summation order), and the
+  // variables that force others (CI runs the numerics once more with older kernels).
+  using CoreName = char* (*)();
+  if (auto core = reinterpret_cast<CoreName>(dlsym(RTLD_DEFAULT, "openblas_get_corename")))
+    m["openblas_core"] = core();
+  const std::string config = at::show_config();
+  const std::string capability = "CPU capability usage: ";
+  if (const auto at = config.find(capability); at != std::string::npos)
+    m["aten_cpu_capability"] =
+        config.substr(at + capability.size(), config.find('\n', at) - at - capability.size());
+  for (const char* forcing :
+       {"OPENBLAS_CORETYPE", "ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS"})
+    if (const char* value = std::getenv(forcing)) m[forcing] = value;
   char host[256] = {};
   gethostname(host, sizeof host - 1);
   m["host"] = host;

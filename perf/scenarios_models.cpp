@@ -71,8 +71,8 @@ void scenario_models(Report& report) {
     const auto t = measure_interleaved(
         comm, report.settings(),
         {[&] { (void)call(xl); }, [&] { (void)batches(x); }, [&] { (void)samples(x); }}, reps);
-    report.add({"models", case_name, "direct batched call", t[0], {{"error_over_bound", e_direct}},
-                {}});
+    report.add(
+        {"models", case_name, "direct batched call", t[0], {{"error_over_bound", e_direct}}, {}});
     report.add({"models",
                 case_name,
                 "kvmap::map_batches",

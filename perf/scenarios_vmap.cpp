@@ -87,7 +87,8 @@ void scenario_overhead(Report& report) {
       const Expected expected = fn.expected(fn.batched(xl), xl);
       // Every contender against float64, each within the bound of its own rounding.
       auto error_over_bound = [&](const char* contender, const at::Tensor& result) {
-        return comm.allreduce_max(require_close("overhead", case_name, contender, result, expected));
+        return comm.allreduce_max(
+            require_close("overhead", case_name, contender, result, expected));
       };
       const double e_direct = error_over_bound("direct batched", expected.direct);
       const double e_vmap = error_over_bound("kvmap::vmap", vf(x).local());
@@ -115,9 +116,14 @@ void scenario_overhead(Report& report) {
       const Timing t_loop = measure(
           comm, report.settings(), [&] { (void)per_sample_loop(fn.per_sample, xl); },
           n <= 1024 ? 20 : 3);
-      report.add({"overhead", case_name, "direct batched", t_direct,
-                  {{"error_over_bound", e_direct}}, {}});
-      report.add({"overhead", case_name, "raw functorch", t_raw, {{"error_over_bound", e_raw}}, {}});
+      report.add({"overhead",
+                  case_name,
+                  "direct batched",
+                  t_direct,
+                  {{"error_over_bound", e_direct}},
+                  {}});
+      report.add(
+          {"overhead", case_name, "raw functorch", t_raw, {{"error_over_bound", e_raw}}, {}});
       report.add(
           {"overhead",
            case_name,
@@ -132,12 +138,13 @@ void scenario_overhead(Report& report) {
            {}});
       if (comm.size() > 1)
         report.add({"overhead", case_name, "MPI_Allreduce of the agreement's bytes", t[3], {}, {}});
-      report.add({"overhead",
-                  case_name,
-                  "per-sample loop",
-                  t_loop,
-                  {{"loop_over_vmap", t_loop.median / t_kvmap.median}, {"error_over_bound", e_loop}},
-                  {}});
+      report.add(
+          {"overhead",
+           case_name,
+           "per-sample loop",
+           t_loop,
+           {{"loop_over_vmap", t_loop.median / t_kvmap.median}, {"error_over_bound", e_loop}},
+           {}});
     }
   }
 }

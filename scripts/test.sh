@@ -13,9 +13,21 @@
 #                                    # executable against Kokkos 3.4.01 with the CUDA backend
 #                                    # (nvcc >= 12 on PATH; built patched for nvcc 13) and the CUDA
 #                                    # torch wheel of the torch2 venv; runs nothing
+#   scripts/test.sh --forced-kernels [--torch2]
+#                                    # the numerics once more with other kernels than this CPU's
+#                                    # own, older than any machine's (so every machine also sums
+#                                    # in a second order): OpenBLAS (Debian's torch) as Nehalem,
+#                                    # ATen's kernels without AVX2/AVX-512, the wheel's MKL at
+#                                    # SSE4.2; the check_close, C++ MPI, models, examples, Python
+#                                    # and perf quick tests of that configuration
 # Extra arguments go to ctest (e.g. -R layout, -j 2); --cuda-compile takes none.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 preset=default
+forced_kernels=0
+if [ "${1:-}" = --forced-kernels ]; then
+  forced_kernels=1
+  shift
+fi
 case "${1:-}" in
   --pip) shift; exec "$(dirname "${BASH_SOURCE[0]}")/test-pip.sh" "$@" ;;
   --debian-kokkos) preset=debian-kokkos; shift ;;
@@ -34,5 +46,11 @@ if [ "$preset" = cuda-compile ]; then
   echo "[kvmap] cuda-compile: built OK (kvmap and the CudaSpace tests, CUDA Kokkos in" \
     "$KVMAP_CUDA_KOKKOS_PREFIX); nothing runs: this is a compile-only check (no GPU), no ctest"
   exit 0
+fi
+if [ "$forced_kernels" = 1 ]; then
+  export OPENBLAS_CORETYPE=Nehalem ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=SSE4_2
+  echo "[kvmap] forced kernels: OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE" \
+    "ATEN_CPU_CAPABILITY=$ATEN_CPU_CAPABILITY MKL_ENABLE_INSTRUCTIONS=$MKL_ENABLE_INSTRUCTIONS"
+  exec ctest --preset "$preset" -R '^(tolerance|distributed_|models_|example_|python_|perf_quick)' "$@"
 fi
 exec ctest --preset "$preset" "$@"

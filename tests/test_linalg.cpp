@@ -64,8 +64,7 @@ TEST_CASE("nrm2: huge and tiny elements on different ranks, one pass, no overflo
   // element, the allreduce once per rank, the root and the rescaling once each.
   auto within = [P](double got, double exact, std::int64_t elements) {
     const auto scalar = [](double v) { return at::full({}, v, at::kDouble); };
-    return kvmap::check_close(scalar(got), scalar(exact),
-                              {3 * elements + P + 3, scalar(exact)});
+    return kvmap::check_close(scalar(got), scalar(exact), {3 * elements + P + 3, scalar(exact)});
   };
   CHECK(within(kvmap::linalg::nrm2(x), 5e300, 2 * P));
   // All tiny: the squares underflow in plain arithmetic, not here.

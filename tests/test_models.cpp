@@ -153,9 +153,8 @@ TEST_CASE("a TorchScript module called outside vmap too: optimization off from i
     for (int64_t i = 0; i < full.size(0); ++i) (void)energy(on_device(full[i]));
     CHECK(kvmap::check_close(kvmap::map_batches(energy)(x).allgather().cpu(), w.energy(full),
                              {kPotentialRoundings}));
-    CHECK(kvmap::check_close(
-        kvmap::vmap(energy, VmapOptions().chunk_size(2))(x).allgather().cpu(), w.energy(full),
-        {kPotentialRoundings}));
+    CHECK(kvmap::check_close(kvmap::vmap(energy, VmapOptions().chunk_size(2))(x).allgather().cpu(),
+                             w.energy(full), {kPotentialRoundings}));
   }
 }
 
@@ -208,8 +207,8 @@ TEST_CASE("a module saved by Python (torch.jit.save), loaded with torch::jit::lo
       const auto options = VmapOptions().chunk_size(cs).concurrency(conc);
       CHECK(close(kvmap::vmap(energy_of(per_sample_model), options)(x).allgather().cpu(), eager,
                   kPotentialRoundings));
-      CHECK(close(kvmap::map_batches(energy_of(batched_model), options)(x).allgather().cpu(),
-                  eager, kPotentialRoundings));
+      CHECK(close(kvmap::map_batches(energy_of(batched_model), options)(x).allgather().cpu(), eager,
+                  kPotentialRoundings));
     }
 }
 

@@ -96,20 +96,23 @@ TEST_CASE("a value near zero, 64 float32 terms, two summation orders") {
   bound.roundings = 64;
   bound.magnitudes = scalar(abs_sum(t), at::kDouble);
   for (float v : {a, b}) {
-    const kvmap::Closeness c = kvmap::check_close(scalar(v, at::kFloat), scalar(ref, at::kDouble), bound);
+    const kvmap::Closeness c =
+        kvmap::check_close(scalar(v, at::kFloat), scalar(ref, at::kDouble), bound);
     INFO(c.describe());
     CHECK(c.ok);
     CHECK(c.form == "component-wise");
     CHECK(c.ratio < 0.2);
   }
   // Between the two float32 results: the sum of both bounds.
-  const kvmap::Closeness ab = kvmap::check_close(scalar(a, at::kFloat), scalar(b, at::kFloat), bound);
+  const kvmap::Closeness ab =
+      kvmap::check_close(scalar(a, at::kFloat), scalar(b, at::kFloat), bound);
   INFO(ab.describe());
   CHECK(ab.ok);
 
   // A real error of 1e-3 is caught, against the float64 value and against the other order.
   const float wrong = a + 1e-3f;
-  const kvmap::Closeness w = kvmap::check_close(scalar(wrong, at::kFloat), scalar(ref, at::kDouble), bound);
+  const kvmap::Closeness w =
+      kvmap::check_close(scalar(wrong, at::kFloat), scalar(ref, at::kDouble), bound);
   INFO(w.describe());
   CHECK_FALSE(w.ok);
   CHECK(w.ratio > 1.0);
@@ -209,7 +212,8 @@ TEST_CASE("norm-wise form, shapes, kinds, NaN and infinities") {
   // Complex: the modulus of the difference.
   const at::Tensor z = at::randn({8}, at::kComplexDouble);
   CHECK(kvmap::check_close(z.to(at::kComplexFloat), z).ok);
-  CHECK_FALSE(kvmap::check_close(z + at::full({8}, c10::complex<double>(0, 1e-3), z.options()), z).ok);
+  CHECK_FALSE(
+      kvmap::check_close(z + at::full({8}, c10::complex<double>(0, 1e-3), z.options()), z).ok);
 
   // Empty tensors agree.
   CHECK(kvmap::check_close(at::zeros({0, 3}), at::zeros({0, 3}, f64)).ok);

@@ -86,7 +86,7 @@ TEST_CASE("one collective per call in every randomness mode, none on one rank") 
         dots.push_back((xg[i] * wg).sum());
         sines.push_back(xg[i].sin());
       }
-      CHECK(close(y0, at::stack(dots), 4));  // a 4-term dot product
+      CHECK(close(y0, at::stack(dots), 4));   // a 4-term dot product
       CHECK(close(y1, at::stack(sines), 4));  // sin: vectorized or not, within 2 ulp
     }
   }

@@ -143,8 +143,9 @@ TEST_CASE("batch lengths not divisible by P, fewer samples than ranks, unbalance
       CHECK(table.split() == 2);
       CHECK(table.local().sizes() == at::IntArrayRef{2, 5, l.count(rank())});
       CHECK(at::equal(flags.allgather(), (full > 0).sum(1).to(at::kInt)));
-      CHECK(close(table.allgather(), at::ones({2, 5, 1}, on_device(at::kFloat)) *
-                                         full.sum(1).to(at::kFloat).reshape({1, 1, n}),
+      CHECK(close(table.allgather(),
+                  at::ones({2, 5, 1}, on_device(at::kFloat)) *
+                      full.sum(1).to(at::kFloat).reshape({1, 1, n}),
                   4 + 1));  // a 4-term sum, cast to float32
     }
   }

@@ -61,8 +61,7 @@ Closeness check_close(const at::Tensor& actual, const at::Tensor& reference,
   if (!actual.defined() || !reference.defined()) return mismatch("a tensor is undefined");
   if (actual.sizes() != reference.sizes()) {
     std::ostringstream why;
-    why << "shapes differ: " << actual.sizes() << " against the reference's "
-        << reference.sizes();
+    why << "shapes differ: " << actual.sizes() << " against the reference's " << reference.sizes();
     return mismatch(why.str());
   }
   if (bound.roundings < 1) {
@@ -70,8 +69,8 @@ Closeness check_close(const at::Tensor& actual, const at::Tensor& reference,
                      std::to_string(bound.roundings));
   }
   const bool inexact = is_inexact(actual.scalar_type()) || is_inexact(reference.scalar_type());
-  if (inexact && at::isComplexType(actual.scalar_type()) !=
-                     at::isComplexType(reference.scalar_type())) {
+  if (inexact &&
+      at::isComplexType(actual.scalar_type()) != at::isComplexType(reference.scalar_type())) {
     return mismatch(std::string("one tensor is complex, the other not (") +
                     c10::toString(actual.scalar_type()) + " against " +
                     c10::toString(reference.scalar_type()) + ")");
@@ -109,7 +108,8 @@ Closeness check_close(const at::Tensor& actual, const at::Tensor& reference,
     c.form = "norm-wise";
     const at::Tensor finite = at::isfinite(r);
     const double max_ref =
-        r.numel() == 0 ? 0.0 : at::where(finite, r.abs(), at::zeros_like(r.abs())).max().item<double>();
+        r.numel() == 0 ? 0.0
+                       : at::where(finite, r.abs(), at::zeros_like(r.abs())).max().item<double>();
     m = at::full(a.sizes(), max_ref, at::TensorOptions().dtype(at::kDouble));
   }
   const at::Tensor limit = static_cast<double>(bound.roundings) * u * m;
@@ -124,7 +124,8 @@ Closeness check_close(const at::Tensor& actual, const at::Tensor& reference,
   if (a.numel() == 0) return c;
   const at::Tensor flat_ratio = ratio.reshape({-1});
   std::int64_t worst = flat_ratio.argmax().item<std::int64_t>();
-  if (flat_ratio[worst].item<double>() == 0.0) worst = error.reshape({-1}).argmax().item<std::int64_t>();
+  if (flat_ratio[worst].item<double>() == 0.0)
+    worst = error.reshape({-1}).argmax().item<std::int64_t>();
   c.position = unravel(worst, a.sizes());
   c.actual = real_part(a).reshape({-1})[worst].item<double>();
   c.reference = real_part(r).reshape({-1})[worst].item<double>();
