@@ -370,3 +370,46 @@ def test_sub_communicator():
 def test_readme_example_runs():
     here = os.path.dirname(os.path.abspath(__file__))
     runpy.run_path(os.path.join(here, "..", "examples", "readme_example.py"), run_name="__main__")
+
+
+def terms_near_zero(seed):
+    """tests/test_tolerance.cpp's case: 64 exact float32 terms in [-2, 2) whose sum is near -0.007."""
+    t = []
+    for _ in range(63):
+        seed = (seed * 6364136223846793005 + 1442695040888963407) % 2 ** 64
+        t.append(((seed >> 40) - 2 ** 23) / 2 ** 22)
+    t.append(float(torch.tensor(-sum(t) - 0.007, dtype=torch.float64).float()))
+    return t
+
+
+def float32_sum(values):
+    s = torch.zeros((), dtype=torch.float32)
+    for v in values:
+        s = s + torch.as_tensor(v, dtype=torch.float32)
+    return s
+
+
+def test_check_close_two_summation_orders_near_zero():
+    t = terms_near_zero(39)
+    sign_sorted = float32_sum(sorted(t, key=lambda v: (v < 0, -abs(v))))
+    lanes = [float32_sum(t[k::16]) for k in range(16)]  # 16 lanes, then pairwise
+    while len(lanes) > 1:
+        lanes = [float32_sum([lanes[a], lanes[a + len(lanes) // 2]]) for a in range(len(lanes) // 2)]
+    blocked = lanes[0]
+    exact = torch.tensor(sum(t), dtype=torch.float64)  # multiples of 2^-22 below 2^7: exact
+    magnitudes = sum(abs(v) for v in t)
+    # allclose(rtol=1e-4, atol=1e-5) fails between the two orders; the bound holds for both.
+    assert not torch.allclose(sign_sorted, blocked, rtol=1e-4, atol=1e-5)
+    for got in (sign_sorted, blocked):
+        c = kvmap.check_close(got, exact, roundings=64, magnitudes=magnitudes)
+        assert c and c.form == "component-wise" and c.ratio < 0.2, c
+    assert kvmap.check_close(sign_sorted, blocked, roundings=64, magnitudes=magnitudes)
+    wrong = kvmap.check_close(sign_sorted + 1e-3, exact, roundings=64, magnitudes=magnitudes)
+    assert not wrong and wrong.ratio > 1 and "OUTSIDE" in repr(wrong)
+    # Norm-wise, integers exactly, and the conftest helper's dtype check.
+    ref = torch.tensor([10.0, -3.0, 1e-9], dtype=torch.float64)
+    assert kvmap.check_close(ref.float(), ref).form == "norm-wise"
+    bad = kvmap.check_close(ref + torch.tensor([0.0, 0.0, 1e-12]), ref)
+    assert not bad and bad.position == (2,)
+    assert not kvmap.check_close(torch.arange(4), torch.arange(4) + 1)
+    assert not close(ref.float(), ref, 1)
