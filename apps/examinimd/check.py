@@ -1,0 +1,196 @@
+"""kvmap's ExaMiniMD tests: pair_style kvmap against ExaMiniMD's own lj/cut, a trained model's
+energy conservation and finite differences, and the errors every rank must report.
+
+    check.py models <dir> --exe-dir D --launcher L --python P
+        lj.pt, bad.pt, training data from an ExaMiniMD Lennard-Jones run, nn.pt / nn64.pt
+    check.py lj|nn|errors --np N --exe-dir D --launcher L --models <dir>
+
+Each prints its figures and ends with "check: OK" (ctest's pass expression).
+"""
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+# float32 against float64 forward and gradient of the radial model: the descriptor (a 3-term
+# square, a root, a cosine, exponentials, a sum over up to 100 neighbours) and the MLP (16-,
+# 48- and 48-term dot products, two tanh), about 250 roundings each way: 500 of float32's
+# unit roundoff 2^-24, norm-wise.
+NN_FLOAT32_TOLERANCE = 500 * 2.0 ** -24
+
+
+def input_file(path, cells, pair, steps, newton="on", thermo=10):
+    coeff = "pair_coeff 1 1 1.0 1.0 2.5"
+    with open(path, "w") as f:
+        f.write("""# 3-D Lennard-Jones melt (ExaMiniMD's in.lj, {cells}^3 cells)
+units lj
+atom_style atomic
+newton {newton}
+lattice fcc 0.8442
+region box block 0 {cells} 0 {cells} 0 {cells}
+create_box 1 box
+create_atoms 1 box
+mass 1 2.0
+velocity all create 1.4 87287 loop geom
+pair_style {pair}
+{coeff}
+neighbor 0.3 bin
+neigh_modify delay 0 every 20 check no
+fix 1 all nve
+thermo {thermo}
+run {steps}
+""".format(cells=cells, newton=newton, pair=pair, coeff=coeff, steps=steps, thermo=thermo))
+    return path
+
+
+def run(args, cmd, expect_ok=True):
+    full = [args.launcher, "-n", str(args.np)] + cmd
+    print("check: $ " + " ".join(full), flush=True)
+    p = subprocess.run(full, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=1200)
+    if expect_ok and p.returncode != 0:
+        sys.exit("check: FAILED (exit %d)\n%s\n%s" % (p.returncode, p.stdout[-4000:], p.stderr[-4000:]))
+    return p
+
+
+def thermo(stdout):
+    """ExaMiniMD's thermo lines: step, temperature, PE, ETot as printed (6 decimals)."""
+    lines = []
+    for line in stdout.splitlines():
+        f = line.split()
+        if len(f) == 6 and re.fullmatch(r"\d+", f[0]) and re.fullmatch(r"-?\d+\.\d{6}", f[2]):
+            lines.append(tuple(f[:4]))
+    return lines
+
+
+def energies(stdout):
+    """kvmap-energy lines of examinimd-kvmap --kvmap-run: {when: (PE, KE, ETot)} per atom."""
+    out = {}
+    for m in re.finditer(r"kvmap-energy: (\w+) PE (\S+) KE (\S+) ETot (\S+)", stdout):
+        out[m.group(1)] = tuple(float(m.group(i)) for i in (2, 3, 4))
+    return out
+
+
+def exe(args, name):
+    return os.path.join(args.exe_dir, name)
+
+
+def check_lj(args, work):
+    lj = os.path.join(args.models, "lj.pt")
+    kvmap_pair = "kvmap %s 2.5" % lj
+    # 1. Per-atom forces and the total energy on one configuration (after 100 steps of native
+    #    melting), native lj/cut and the model through kvmap on the same neighbour list.
+    native = input_file(os.path.join(work, "native.in"), 10, "lj/cut 2.5", 100)
+    p = run(args, [exe(args, "examinimd-kvmap"), "-il", native, "--kvmap-compare", lj, "2.5",
+                   "--kvmap-tolerance", "1e-12"])
+    line = re.search(r"kvmap-compare: .*", p.stdout).group(0)
+    print(line)
+    if "PASS" not in line:
+        sys.exit("check: FAILED: forces or energy differ from lj/cut")
+    # 2. 100 steps both ways (ExaMiniMD's own executable): identical thermo lines.
+    kvmap_in = input_file(os.path.join(work, "kvmap.in"), 10, kvmap_pair, 100)
+    a = thermo(run(args, [exe(args, "ExaMiniMD"), "-il", native]).stdout)
+    b = thermo(run(args, [exe(args, "ExaMiniMD"), "-il", kvmap_in]).stdout)
+    print("check: thermo, lj/cut: " + " | ".join(" ".join(t) for t in a))
+    print("check: thermo, kvmap:  " + " | ".join(" ".join(t) for t in b))
+    if not a or a != b:
+        sys.exit("check: FAILED: the thermo lines differ")
+    # 3. The total energy at full precision after the 100 steps.
+    ea = energies(run(args, [exe(args, "examinimd-kvmap"), "-il", native, "--kvmap-run"]).stdout)
+    eb = energies(run(args, [exe(args, "examinimd-kvmap"), "-il", kvmap_in, "--kvmap-run"]).stdout)
+    rel = abs(eb["final"][2] - ea["final"][2]) / abs(ea["final"][2])
+    print("check: ETot per atom after 100 steps: lj/cut %.17g, kvmap %.17g: relative difference "
+          "%.3e (limit 1e-10); initial %.17g" % (ea["final"][2], eb["final"][2], rel, ea["initial"][2]))
+    if rel > 1e-10:
+        sys.exit("check: FAILED: total energies differ")
+
+
+def check_nn(args, work):
+    nn, nn64 = os.path.join(args.models, "nn.pt"), os.path.join(args.models, "nn64.pt")
+    # A trained model conserves its own energy: 1,000 steps, drift per atom reported.
+    run_in = input_file(os.path.join(work, "nn.in"), 6, "kvmap %s 2.5" % nn, 1000, thermo=100)
+    p = run(args, [exe(args, "examinimd-kvmap"), "-il", run_in, "--kvmap-run"])
+    e = energies(p.stdout)
+    drift = e["final"][2] - e["initial"][2]
+    lines = thermo(p.stdout)
+    spread = max(float(t[3]) for t in lines) - min(float(t[3]) for t in lines)
+    print("check: radial model, 864 atoms, 1000 steps (dt 0.005): ETot per atom %.9f -> %.9f, "
+          "drift %.3e per atom, largest excursion %.3e" % (e["initial"][2], e["final"][2], drift, spread))
+    print(re.search(r"kvmap-timings: .*", p.stdout).group(0))
+    if abs(drift) > 1e-3:
+        sys.exit("check: FAILED: the model does not conserve its energy")
+    # Its forces are the gradient of its energy: central differences (float64 copy, h 1e-4).
+    fd_in = input_file(os.path.join(work, "nn64.in"), 6, "kvmap %s 2.5" % nn64, 50)
+    p = run(args, [exe(args, "examinimd-kvmap"), "-il", fd_in, "--kvmap-fd", "1e-4", "6",
+                   "--kvmap-tolerance", "1e-7"])
+    line = re.search(r"kvmap-fd: .*", p.stdout).group(0)
+    print(line)
+    if "PASS" not in line:
+        sys.exit("check: FAILED: forces are not the gradient of the energy")
+    # The float32 model against its float64 copy: within float32's rounding.
+    p = run(args, [exe(args, "examinimd-kvmap"), "-il", fd_in, "--kvmap-compare", nn, "2.5",
+                   "--kvmap-tolerance", repr(NN_FLOAT32_TOLERANCE)])
+    line = re.search(r"kvmap-compare: .*", p.stdout).group(0)
+    print(line)
+    if "PASS" not in line:
+        sys.exit("check: FAILED: float32 and float64 differ beyond float32's rounding")
+
+
+def check_errors(args, work):
+    lj = os.path.join(args.models, "lj.pt")
+    cases = [
+        ("a missing model file", "kvmap %s 2.5" % os.path.join(work, "missing.pt"), "on",
+         "cannot load the TorchScript model"),
+        ("a model whose output is not per atom", "kvmap %s 2.5" % os.path.join(args.models, "bad.pt"),
+         "on", "one energy per atom"),
+        ("more neighbours than a cap", "kvmap %s 2.5 max_neighbors 10" % lj, "on",
+         "more than max_neighbors 10"),
+        ("newton off", "kvmap %s 2.5" % lj, "off", "needs `newton on`"),
+    ]
+    for what, pair, newton, text in cases:
+        path = input_file(os.path.join(work, "error.in"), 4, pair, 10, newton=newton)
+        p = run(args, [exe(args, "ExaMiniMD"), "-il", path], expect_ok=False)
+        ranks = sorted(int(r) for r in re.findall(r"pair_style kvmap \(rank (\d+)\): .*" + re.escape(text),
+                                                   p.stderr))
+        print("check: %s: exit %d, message on ranks %s" % (what, p.returncode, ranks))
+        if p.returncode == 0 or ranks != list(range(args.np)):
+            sys.exit("check: FAILED: %s: expected a failure with %r on every rank\n%s" % (what, text, p.stderr[-3000:]))
+
+
+def make_models(args):
+    os.makedirs(args.dir, exist_ok=True)
+    here = os.path.dirname(os.path.abspath(__file__))
+    models = [args.python, os.path.join(here, "models.py")]
+    lj = os.path.join(args.dir, "lj.pt")
+    subprocess.run(models + ["lj", lj], check=True)
+    subprocess.run(models + ["bad", os.path.join(args.dir, "bad.pt")], check=True)
+    # Training data: ExaMiniMD's Lennard-Jones melt (the model above through kvmap), 8x8x8
+    # cells, the environments of every 40th step of 400, hot enough to sample the repulsion.
+    data = os.path.join(args.dir, "lj-melt")
+    with tempfile.TemporaryDirectory() as work:
+        path = input_file(os.path.join(work, "train.in"), 8, "kvmap %s 2.5" % lj, 400, thermo=100)
+        run(args, [exe(args, "examinimd-kvmap"), "-il", path, "--kvmap-dump", data, "40"])
+    subprocess.run(models + ["train", data, os.path.join(args.dir, "nn")], check=True)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("what", choices=["models", "lj", "nn", "errors"])
+    parser.add_argument("dir", nargs="?")
+    parser.add_argument("--np", type=int, default=2)
+    parser.add_argument("--exe-dir", required=True)
+    parser.add_argument("--launcher", required=True)
+    parser.add_argument("--models")
+    parser.add_argument("--python", default=sys.executable)
+    args = parser.parse_args()
+    if args.what == "models":
+        make_models(args)
+    else:
+        with tempfile.TemporaryDirectory() as work:
+            {"lj": check_lj, "nn": check_nn, "errors": check_errors}[args.what](args, work)
+    print("check: OK")
+
+
+if __name__ == "__main__":
+    main()

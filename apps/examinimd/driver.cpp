@@ -1,0 +1,259 @@
+// examinimd-kvmap: ExaMiniMD (its input files and command line) with checks and measurements
+// of a force type on the configuration the input makes. One of:
+//   --kvmap-compare <model> <cutoff> [options]  after the input's run, the input's force against
+//                              pair_style kvmap with these arguments, on the same atoms and
+//                              neighbour list: per-atom forces (after the reverse
+//                              communication) and the total energy
+//   --kvmap-fd <h> <atoms>     after the input's run, the input's forces against central
+//                              differences of its total energy (step h) on <atoms> atoms
+//   --kvmap-run                the input's run, with the energies at full precision before and
+//                              after and, for pair_style kvmap, the time of each phase per step
+//   --kvmap-dump <prefix> <every>  the input's run in segments of <every> steps; after each, the
+//                              kvmap force's environments and results, per rank (training data)
+//   --kvmap-tolerance <r>      compare and fd pass when max|dF| <= r max|F| (and compare when
+//                              |dE| <= max(r, atoms x width x 2^-53) |E|)
+// Every other argument goes to ExaMiniMD. Exit status 0 when the check passes.
+#include <examinimd.h>
+#include <property_kine.h>
+#include <property_pote.h>
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct Options {
+  std::string mode;
+  std::vector<std::string> pair;  // compare: pair_style kvmap's arguments
+  double h = 1e-4;
+  int atoms = 4;
+  std::string prefix;
+  int every = 0;
+  double tolerance = 1e-12;
+  std::vector<char*> examinimd_argv;
+};
+
+Options parse(int argc, char** argv) {
+  Options o;
+  o.examinimd_argv.push_back(argv[0]);
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--kvmap-compare") {
+      o.mode = "compare";
+      while (i + 1 < argc && std::strncmp(argv[i + 1], "--", 2) != 0) o.pair.push_back(argv[++i]);
+    } else if (a == "--kvmap-fd" && i + 2 < argc) {
+      o.mode = "fd";
+      o.h = std::atof(argv[++i]);
+      o.atoms = std::atoi(argv[++i]);
+    } else if (a == "--kvmap-run") {
+      o.mode = "run";
+    } else if (a == "--kvmap-dump" && i + 2 < argc) {
+      o.mode = "dump";
+      o.prefix = argv[++i];
+      o.every = std::atoi(argv[++i]);
+    } else if (a == "--kvmap-tolerance" && i + 1 < argc) {
+      o.tolerance = std::atof(argv[++i]);
+    } else {
+      o.examinimd_argv.push_back(argv[i]);
+    }
+  }
+  o.examinimd_argv.push_back(nullptr);
+  return o;
+}
+
+// ExaMiniMD's input words for `pair_style kvmap <args...>`: 32 words of 256 bytes.
+std::vector<std::vector<char>> pair_words(const std::vector<std::string>& args) {
+  std::vector<std::vector<char>> words(32, std::vector<char>(256, '\0'));
+  std::vector<std::string> all{"pair_style", "kvmap"};
+  all.insert(all.end(), args.begin(), args.end());
+  for (std::size_t w = 0; w < all.size() && w < words.size(); ++w)
+    std::strncpy(words[w].data(), all[w].c_str(), 255);
+  return words;
+}
+
+// This rank's atoms' forces, on the host.
+Kokkos::View<double* [3], Kokkos::HostSpace> local_forces(const System& s) {
+  Kokkos::View<double* [3], Kokkos::HostSpace> out("forces", s.N_local);
+  auto all = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), s.f);
+  for (T_INT i = 0; i < s.N_local; ++i)
+    for (int d = 0; d < 3; ++d) out(i, d) = all(i, d);
+  return out;
+}
+
+double total_energy(ExaMiniMD& md, Force* force) {
+  PotE pote(md.comm);
+  return pote.compute(md.system, md.binning, md.neighbor, force);
+}
+
+double max_all(double v) {
+  MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return v;
+}
+
+int rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+int compare(ExaMiniMD& md, const Options& o) {
+  System& s = *md.system;
+  const auto reference = local_forces(s);
+  const double e_reference = total_energy(md, md.force);
+  auto words = pair_words(o.pair);
+  std::vector<char*> args;
+  for (auto& w : words) args.push_back(w.data());
+  ForceKvmap kvmap_force(args.data(), &s, false);
+  kvmap_force.comm_newton = md.input->comm_newton;
+  Kokkos::deep_copy(s.f, 0.0);
+  kvmap_force.compute(&s, md.binning, md.neighbor);
+  if (md.input->comm_newton) md.comm->update_force();
+  const auto forces = local_forces(s);
+  const double e_kvmap = total_energy(md, &kvmap_force);
+  double diff = 0, scale = 0;
+  for (T_INT i = 0; i < s.N_local; ++i)
+    for (int d = 0; d < 3; ++d) {
+      diff = std::max(diff, std::abs(forces(i, d) - reference(i, d)));
+      scale = std::max(scale, std::abs(reference(i, d)));
+    }
+  diff = max_all(diff);
+  scale = max_all(scale);
+  const double force_ratio = diff / scale;
+  const double energy_ratio = std::abs(e_kvmap - e_reference) / std::abs(e_reference);
+  // The energies are sums of up to atoms x width pair terms, each side in its own order (lj/cut
+  // accumulates them one by one into one float64): their rounding alone is bounded by that
+  // many unit roundoffs (2^-53) of the terms' magnitudes, here taken as |E|. The forces sum at
+  // most `width` terms per atom: the tolerance applies to them as given.
+  const double energy_bound = std::max(o.tolerance, static_cast<double>(s.N) *
+                                                        kvmap_force.width() * std::ldexp(1.0, -53));
+  const bool ok = force_ratio <= o.tolerance && energy_ratio <= energy_bound;
+  if (rank() == 0) {
+    std::printf(
+        "kvmap-compare: %s against %s: %d atoms, width %d: max|dF| / max|F| = %.3e (max|F| "
+        "%.6g; tolerance %.1e), energy %.17g against %.17g: |dE| / |E| = %.3e (bound %.1e): %s\n",
+        kvmap_force.name(), md.force->name(), s.N, kvmap_force.width(), force_ratio, scale,
+        o.tolerance, e_kvmap, e_reference, energy_ratio, energy_bound, ok ? "PASS" : "FAIL");
+  }
+  return ok ? 0 : 1;
+}
+
+// Moves atom `local` (or nothing, on the other ranks) by delta along axis d, then refreshes
+// the ghosts' positions (collective).
+void displace(ExaMiniMD& md, T_INT local, int d, double delta) {
+  if (local >= 0) {
+    auto one = Kokkos::subview(md.system->x, local, d);
+    auto value = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), one);
+    value() += delta;
+    Kokkos::deep_copy(one, value);
+  }
+  md.comm->update_halo();
+}
+
+int finite_differences(ExaMiniMD& md, const Options& o) {
+  System& s = *md.system;
+  const auto forces = local_forces(s);
+  auto ids = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), s.id);
+  double diff = 0, scale = 0;
+  for (int a = 0; a < o.atoms; ++a) {
+    const T_INT id = static_cast<T_INT>((static_cast<long>(a) * s.N) / o.atoms);
+    T_INT local = -1;
+    for (T_INT i = 0; i < s.N_local; ++i)
+      if (ids(i) == id) local = i;
+    for (int d = 0; d < 3; ++d) {
+      displace(md, local, d, o.h);
+      const double up = total_energy(md, md.force);
+      displace(md, local, d, -2 * o.h);
+      const double down = total_energy(md, md.force);
+      displace(md, local, d, o.h);
+      if (local >= 0) {
+        const double fd = -(up - down) / (2 * o.h);
+        diff = std::max(diff, std::abs(fd - forces(local, d)));
+        scale = std::max(scale, std::abs(forces(local, d)));
+      }
+    }
+  }
+  diff = max_all(diff);
+  scale = max_all(scale);
+  const bool ok = diff <= o.tolerance * scale;
+  if (rank() == 0) {
+    std::printf(
+        "kvmap-fd: %s: %d atoms x 3 axes, h = %g: max|F - F_fd| / max|F| = %.3e (max|F| %.6g); "
+        "tolerance %.1e: %s\n",
+        md.force->name(), o.atoms, o.h, diff / scale, scale, o.tolerance, ok ? "PASS" : "FAIL");
+  }
+  return ok ? 0 : 1;
+}
+
+void print_energies(ExaMiniMD& md, const char* when) {
+  PotE pote(md.comm);
+  KinE kine(md.comm);
+  const double n = md.system->N;
+  const double pe = pote.compute(md.system, md.binning, md.neighbor, md.force) / n;
+  const double ke = kine.compute(md.system) / n;
+  if (rank() == 0)
+    std::printf("kvmap-energy: %s PE %.17g KE %.17g ETot %.17g (per atom)\n", when, pe, ke,
+                pe + ke);
+}
+
+void print_timings(ExaMiniMD& md) {
+  auto* force = dynamic_cast<ForceKvmap*>(md.force);
+  if (force == nullptr || rank() != 0) return;
+  const ForceKvmap::Timings& t = force->timings();
+  const double per = 1e3 / std::max(1L, t.calls);
+  std::printf(
+      "kvmap-timings: %ld calls, width %d, ms per step (rank 0): environments %.3f, agreement "
+      "%.3f, model %.3f, gradients %.3f, mapping %.3f (model + gradients + kvmap), scatter %.3f\n",
+      t.calls, force->width(), t.environments * per, t.agreement * per, t.model * per,
+      t.gradients * per, t.mapping * per, t.scatter * per);
+}
+
+}  // namespace
+
+int main(int argc, char* argv[]) {
+  MPI_Init(&argc, &argv);
+  Options o = parse(argc, argv);
+  int n = static_cast<int>(o.examinimd_argv.size()) - 1;
+  char** args = o.examinimd_argv.data();
+  Kokkos::initialize(n, args);
+  int status = 0;
+  {
+    ExaMiniMD md;
+    md.init(n, args);
+    if (o.mode == "compare") {
+      md.run(md.input->nsteps);  // a disordered configuration: a lattice's forces cancel
+      status = compare(md, o);
+    } else if (o.mode == "fd") {
+      md.run(md.input->nsteps);
+      status = finite_differences(md, o);
+    } else if (o.mode == "dump") {
+      auto* force = dynamic_cast<ForceKvmap*>(md.force);
+      if (force == nullptr) {
+        if (rank() == 0) std::fprintf(stderr, "examinimd-kvmap: --kvmap-dump needs pair_style kvmap\n");
+        status = 2;
+      } else {
+        for (int done = 0, k = 0; done < md.input->nsteps; done += o.every, ++k) {
+          md.run(std::min(o.every, md.input->nsteps - done));
+          const std::string path =
+              o.prefix + "." + std::to_string(rank()) + "." + std::to_string(k) + ".pt";
+          force->save_last(path.c_str());
+        }
+      }
+    } else {
+      print_energies(md, "initial");
+      md.run(md.input->nsteps);
+      print_energies(md, "final");
+      print_timings(md);
+    }
+    md.shutdown();
+  }
+  Kokkos::finalize();
+  MPI_Finalize();
+  return status;
+}

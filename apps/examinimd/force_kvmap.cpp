@@ -1,0 +1,382 @@
+// ExaMiniMD's force type backed by kvmap (see force_kvmap.h).
+#include <force_kvmap.h>
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/script.h>
+
+#include <kvmap/kvmap.hpp>
+
+#include <mpi.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <optional>
+#include <string>
+#include <thread>
+#include <tuple>
+
+namespace {
+
+using MemSpace = Kokkos::DefaultExecutionSpace::memory_space;
+using Exec = Kokkos::DefaultExecutionSpace;
+using Env = Kokkos::View<double***, Kokkos::LayoutRight, MemSpace>;
+using Mask = Kokkos::View<bool**, Kokkos::LayoutRight, MemSpace>;
+using Gradients = Kokkos::View<const double***, Kokkos::LayoutRight, MemSpace,
+                               Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+using View = kvmap::DistView<MemSpace>;
+using Clock = std::chrono::steady_clock;
+
+int world_rank() {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  return rank;
+}
+
+// Every rank knows the failure (its condition, or the message, was agreed): each one prints
+// it, then the job ends (ExaMiniMD has no error path to return through).
+[[noreturn]] void fail(const std::string& message) {
+  std::fprintf(stderr, "ExaMiniMD pair_style kvmap (rank %d): %s\n", world_rank(),
+               message.c_str());
+  std::fflush(stderr);
+  MPI_Barrier(MPI_COMM_WORLD);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the launcher forwards it
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  std::abort();
+}
+
+// A failure that only some ranks saw (a model file one rank cannot read): the first failing
+// rank's message reaches every rank, which then fails with it. Collective.
+void agree(const std::string& local_error) {
+  const int rank = world_rank();
+  int mine[2] = {local_error.empty() ? 1 : 0, rank}, first[2] = {1, 0};
+  MPI_Allreduce(mine, first, 1, MPI_2INT, MPI_MINLOC, MPI_COMM_WORLD);
+  if (first[0] == 1) return;
+  int length = static_cast<int>(local_error.size());
+  MPI_Bcast(&length, 1, MPI_INT, first[1], MPI_COMM_WORLD);
+  std::string text = rank == first[1] ? local_error : std::string(length, ' ');
+  MPI_Bcast(text.data(), length, MPI_CHAR, first[1], MPI_COMM_WORLD);
+  fail(rank == first[1] ? text : "rank " + std::to_string(first[1]) + " failed: " + text);
+}
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// The dtype of the model's first floating parameter or buffer (float64 if it has none).
+at::ScalarType model_dtype(const torch::jit::Module& model) {
+  for (const at::Tensor& p : model.parameters())
+    if (p.is_floating_point()) return p.scalar_type();
+  for (const at::Tensor& b : model.buffers())
+    if (b.is_floating_point()) return b.scalar_type();
+  return at::kDouble;
+}
+
+void check_per_atom(const at::Tensor& energies, std::int64_t atoms) {
+  if (energies.dim() != 1 || energies.size(0) != atoms) {
+    std::string shape = "[";
+    for (std::int64_t d = 0; d < energies.dim(); ++d)
+      shape += (d ? ", " : "") + std::to_string(energies.size(d));
+    throw kvmap::ValueError("the model must return one energy per atom, shape [" +
+                            std::to_string(atoms) + "], but returned " + shape + "]");
+  }
+}
+
+// Adds seconds to a total that several chunks' threads may update at once.
+void add(std::atomic<double>& total, double seconds) {
+  double old = total.load();
+  while (!total.compare_exchange_weak(old, old + seconds)) {
+  }
+}
+
+}  // namespace
+
+struct ForceKvmap::State {
+  std::string model_path;
+  double cutoff = 0;
+  std::optional<std::int64_t> chunk;
+  int concurrency = 1;
+  int max_neighbors = 0;  // 0: no cap
+  bool direct = false;
+  torch::jit::Module model;
+  at::ScalarType dtype = at::kDouble;
+  kvmap::Comm comm = kvmap::Comm::world();
+  // The padded environments, in ExaMiniMD's memory space, and the DistViews over them
+  // (remade only when the width or a rank's atom count changes).
+  int width = -1;
+  T_INT atoms = -1;
+  Env env;
+  Mask mask;
+  std::optional<View> env_view, mask_view;
+  // What the last call returned (kept alive until the scatter has read it).
+  at::Tensor energies, gradients;
+  std::atomic<double> model_seconds{0}, gradient_seconds{0};
+  Timings timings;
+};
+
+namespace {
+
+// Calls body(list) with the neighbour list of whichever ExaMiniMD neighbour type is in use.
+template <class Body>
+void with_neighbor_list(Neighbor* neighbor, Body&& body) {
+  if (auto* n = dynamic_cast<Neighbor2D<t_neigh_mem_space>*>(neighbor)) {
+    body(n->get_neigh_list());
+  } else if (auto* n = dynamic_cast<NeighborCSR<t_neigh_mem_space>*>(neighbor)) {
+    body(n->get_neigh_list());
+  } else if (auto* n = dynamic_cast<NeighborCSRMapConstr<t_neigh_mem_space>*>(neighbor)) {
+    body(n->get_neigh_list());
+  } else {
+    fail("needs a neighbour list (--neigh-type 2D, CSR or CSRMapConstr)");
+  }
+}
+
+// The width every rank pads to (the largest neighbour count of any atom on any rank) and
+// whether any rank's atom count changed: one MPI_Allreduce per step. On a change, the
+// environment arrays are reallocated and adopted by new DistViews (from_local gathers the
+// ranks' counts: the data that changed).
+template <class List>
+void agree_width(ForceKvmap::State& s, const List& list, T_INT atoms) {
+  int local_max = 0;
+  Kokkos::parallel_reduce(
+      "kvmap::examinimd::width", Kokkos::RangePolicy<Exec>(0, atoms),
+      KOKKOS_LAMBDA(const T_INT i, int& m) {
+        const int count = list.get_neighs(i).get_num_neighs();
+        if (count > m) m = count;
+      },
+      Kokkos::Max<int>(local_max));
+  int mine[2] = {local_max, atoms != s.atoms ? 1 : 0}, all[2] = {0, 0};
+  MPI_Allreduce(mine, all, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (s.max_neighbors > 0 && all[0] > s.max_neighbors) {
+    int where[2] = {local_max, world_rank()}, worst[2] = {0, 0};
+    MPI_Allreduce(where, worst, 1, MPI_2INT, MPI_MAXLOC, MPI_COMM_WORLD);
+    fail("an atom on rank " + std::to_string(worst[1]) + " has " + std::to_string(all[0]) +
+         " neighbours within the cutoff and skin, more than max_neighbors " +
+         std::to_string(s.max_neighbors) + " (raise the cap, or leave it out: the width is then "
+         "the largest count on any rank)");
+  }
+  if (all[0] == s.width && all[1] == 0) return;
+  s.width = all[0];
+  s.atoms = atoms;
+  s.env = Env(Kokkos::view_alloc("kvmap::examinimd::environments", Kokkos::WithoutInitializing),
+              atoms, s.width, 3);
+  s.mask = Mask(Kokkos::view_alloc("kvmap::examinimd::mask", Kokkos::WithoutInitializing), atoms,
+                s.width);
+  s.env_view = View::from_local(s.env, 0, s.comm);
+  s.mask_view = View::from_local(s.mask, 0, s.comm);
+  s.model.to(s.env_view->local().device());
+}
+
+// Displacements x_j - x_i to every neighbour j of each local atom i, padded to the width with
+// a displacement beyond the cutoff and a false mask.
+template <class List>
+void build_environments(ForceKvmap::State& s, const List& list, const t_x& x) {
+  const Env env = s.env;
+  const Mask mask = s.mask;
+  const int width = s.width;
+  const double far = 2 * s.cutoff + 1;
+  Kokkos::parallel_for(
+      "kvmap::examinimd::environments", Kokkos::RangePolicy<Exec>(0, s.atoms),
+      KOKKOS_LAMBDA(const T_INT i) {
+        const auto neighs = list.get_neighs(i);
+        const int count = neighs.get_num_neighs();
+        for (int k = 0; k < width; ++k) {
+          const bool real = k < count;
+          const T_INT j = real ? neighs(k) : i;
+          env(i, k, 0) = real ? x(j, 0) - x(i, 0) : far;
+          env(i, k, 1) = real ? x(j, 1) - x(i, 1) : 0.0;
+          env(i, k, 2) = real ? x(j, 2) - x(i, 2) : 0.0;
+          mask(i, k) = real;
+        }
+      });
+  Exec().fence();
+}
+
+// Runs the model on the environments: kvmap::map_batches over the DistViews, or (mode
+// direct) the module called on one tensor over the whole array, chunked the same way.
+// Returns per-atom energies [atoms] and, with `gradients`, dE/dd [atoms, width, 3].
+std::tuple<at::Tensor, at::Tensor> run_model(ForceKvmap::State& s, bool gradients) {
+  auto call = [&s, gradients](const at::Tensor& d, const at::Tensor& mask) {
+    const auto t0 = Clock::now();
+    at::AutoGradMode grad_mode(gradients);
+    at::Tensor x = d.to(s.dtype).detach().requires_grad_(gradients);
+    at::Tensor e = s.model.forward({x, mask}).toTensor();
+    check_per_atom(e, x.size(0));
+    add(s.model_seconds, seconds_since(t0));
+    if (!gradients) return std::make_tuple(e.detach().to(at::kDouble), at::Tensor());
+    const auto t1 = Clock::now();
+    at::Tensor g = torch::autograd::grad({e.sum()}, {x})[0];
+    add(s.gradient_seconds, seconds_since(t1));
+    return std::make_tuple(e.detach().to(at::kDouble), g.to(at::kDouble));
+  };
+  const auto options = kvmap::VmapOptions().chunk_size(s.chunk).concurrency(s.concurrency);
+  if (!s.direct) {
+    if (gradients) {
+      auto [e, g] = kvmap::map_batches(call, options)(*s.env_view, *s.mask_view);
+      return {e.local(), g.local()};
+    }
+    auto energy = [&call](const at::Tensor& d, const at::Tensor& mask) {
+      return std::get<0>(call(d, mask));
+    };
+    return {kvmap::map_batches(energy, options)(*s.env_view, *s.mask_view).local(), {}};
+  }
+  // The reference: one tensor over the whole array (torch::from_blob, as pair_nequip does).
+  const at::Tensor d = kvmap::to_tensor(s.env), mask = kvmap::to_tensor(s.mask);
+  const std::int64_t n = d.size(0), c = s.chunk ? std::max<std::int64_t>(*s.chunk, 1) : n;
+  if (c >= n) return call(d, mask);
+  at::Tensor e_all = at::empty({n}, d.options());
+  at::Tensor g_all = gradients ? at::empty(d.sizes(), d.options()) : at::Tensor();
+  for (std::int64_t a = 0; a < n; a += c) {
+    const std::int64_t len = std::min(c, n - a);
+    auto [e, g] = call(d.narrow(0, a, len), mask.narrow(0, a, len));
+    e_all.narrow(0, a, len).copy_(e);
+    if (gradients) g_all.narrow(0, a, len).copy_(g);
+  }
+  return {e_all, g_all};
+}
+
+// F_i += dE/dd_ij and F_j -= dE/dd_ij for every real neighbour (d_ij = x_j - x_i), ghosts
+// included; ExaMiniMD's update_force then adds the ghosts' forces to their owners.
+template <class List>
+void scatter_forces(const ForceKvmap::State& s, const List& list, const t_f_atomic& f) {
+  const Gradients g(s.gradients.data_ptr<double>(), s.atoms, s.width, 3);
+  Kokkos::parallel_for(
+      "kvmap::examinimd::scatter", Kokkos::RangePolicy<Exec>(0, s.atoms),
+      KOKKOS_LAMBDA(const T_INT i) {
+        const auto neighs = list.get_neighs(i);
+        const int count = neighs.get_num_neighs();
+        double fi[3] = {0, 0, 0};
+        for (int k = 0; k < count; ++k) {
+          const T_INT j = neighs(k);
+          for (int d = 0; d < 3; ++d) {
+            fi[d] += g(i, k, d);
+            f(j, d) -= g(i, k, d);
+          }
+        }
+        for (int d = 0; d < 3; ++d) f(i, d) += fi[d];
+      });
+  Exec().fence();
+}
+
+}  // namespace
+
+ForceKvmap::ForceKvmap(char** args, System* system, bool half_neigh)
+    : Force(args, system, half_neigh), state_(std::make_unique<State>()) {
+  State& s = *state_;
+  // pair_style kvmap <model.pt> <cutoff> [chunk C] [concurrency K] [max_neighbors M] [mode m]
+  std::string error;
+  s.model_path = args[2];
+  s.cutoff = std::atof(args[3]);
+  if (s.model_path.empty() || s.cutoff <= 0) {
+    error = "usage: pair_style kvmap <model.pt> <cutoff> [chunk C] [concurrency K] "
+            "[max_neighbors M] [mode kvmap|direct]";
+  }
+  for (int w = 4; error.empty() && w + 1 < 32 && args[w][0] != '\0'; w += 2) {
+    const std::string key = args[w], value = args[w + 1];
+    if (key == "chunk") {
+      s.chunk = std::atoll(value.c_str());
+    } else if (key == "concurrency") {
+      s.concurrency = std::atoi(value.c_str());
+    } else if (key == "max_neighbors") {
+      s.max_neighbors = std::atoi(value.c_str());
+    } else if (key == "mode" && (value == "kvmap" || value == "direct")) {
+      s.direct = value == "direct";
+    } else {
+      error = "unknown option '" + key + " " + value +
+              "' (chunk C, concurrency K, max_neighbors M, mode kvmap|direct)";
+    }
+  }
+  if (error.empty()) {
+    try {
+      s.model = torch::jit::load(s.model_path);  // moved to the environments' device below
+      s.model.eval();
+      s.dtype = model_dtype(s.model);
+      if (s.model.hasattr("cutoff")) {
+        const c10::IValue c = s.model.attr("cutoff");
+        const double model_cutoff = c.isTensor() ? c.toTensor().item<double>() : c.toDouble();
+        if (model_cutoff > s.cutoff * (1 + 1e-12)) {
+          error = "the model's cutoff " + std::to_string(model_cutoff) +
+                  " exceeds pair_style kvmap's " + std::to_string(s.cutoff) +
+                  ": neighbours beyond it would be missing";
+        }
+      }
+    } catch (const std::exception& e) {
+      error = "cannot load the TorchScript model '" + s.model_path + "': " + e.what();
+    }
+  }
+  agree(error);
+}
+
+ForceKvmap::~ForceKvmap() = default;
+
+void ForceKvmap::init_coeff(int, char**) {
+  // The model carries its parameters: `pair_coeff * *` (or any) is accepted and unused.
+}
+
+void ForceKvmap::compute(System* system, Binning*, Neighbor* neighbor) {
+  State& s = *state_;
+  if (!comm_newton) {
+    fail("needs `newton on`: the forces on ghost atoms reach their owners through ExaMiniMD's "
+         "reverse communication, which it runs only with newton on (in.lj says newton off)");
+  }
+  with_neighbor_list(neighbor, [&](const auto& list) {
+    auto t = Clock::now();
+    agree_width(s, list, system->N_local);
+    s.timings.agreement += seconds_since(t);
+    t = Clock::now();
+    build_environments(s, list, system->x);
+    s.timings.environments += seconds_since(t);
+    t = Clock::now();
+    try {
+      std::tie(s.energies, s.gradients) = run_model(s, true);
+    } catch (const std::exception& e) {
+      fail(e.what());  // agreed by kvmap: a ValueError here, a RemoteError on the other ranks
+    }
+    s.timings.mapping += seconds_since(t);
+    t = Clock::now();
+    s.gradients = s.gradients.contiguous();
+    scatter_forces(s, list, system->f);
+    s.timings.scatter += seconds_since(t);
+  });
+  s.timings.model = s.model_seconds.load();
+  s.timings.gradients = s.gradient_seconds.load();
+  ++s.timings.calls;
+}
+
+T_F_FLOAT ForceKvmap::compute_energy(System* system, Binning*, Neighbor* neighbor) {
+  State& s = *state_;
+  double energy = 0;
+  with_neighbor_list(neighbor, [&](const auto& list) {
+    agree_width(s, list, system->N_local);
+    build_environments(s, list, system->x);
+    try {
+      energy = std::get<0>(run_model(s, false)).sum().item<double>();
+    } catch (const std::exception& e) {
+      fail(e.what());
+    }
+  });
+  return energy;
+}
+
+const char* ForceKvmap::name() {
+  return state_->direct ? "ForceKvmap (direct model call)" : "ForceKvmap (kvmap::map_batches)";
+}
+
+const ForceKvmap::Timings& ForceKvmap::timings() const {
+  return state_->timings;
+}
+
+int ForceKvmap::width() const {
+  return state_->width;
+}
+
+void ForceKvmap::save_last(const char* path) const {
+  const State& s = *state_;
+  torch::jit::Module data("TrainingData");
+  data.register_buffer("env", kvmap::to_tensor(s.env).cpu().clone());
+  data.register_buffer("mask", kvmap::to_tensor(s.mask).cpu().clone());
+  data.register_buffer("energies", s.energies.cpu().clone());
+  data.register_buffer("gradients", s.gradients.cpu().clone());
+  data.save(path);
+}
