@@ -51,6 +51,6 @@ if [ "$forced_kernels" = 1 ]; then
   export OPENBLAS_CORETYPE=Nehalem ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=SSE4_2
   echo "[kvmap] forced kernels: OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE" \
     "ATEN_CPU_CAPABILITY=$ATEN_CPU_CAPABILITY MKL_ENABLE_INSTRUCTIONS=$MKL_ENABLE_INSTRUCTIONS"
-  exec ctest --preset "$preset" -R '^(tolerance|distributed_|models_|example_|python_|perf_quick)' "$@"
+  exec ctest --preset "$preset" -R '^(tolerance|distributed_|models_|example_|python_|perf_quick|examinimd_nn)' "$@"
 fi
 exec ctest --preset "$preset" "$@"

@@ -131,8 +131,8 @@ int compare(ExaMiniMD& md, const Options& o) {
   // accumulates them one by one into one float64): their rounding alone is bounded by that
   // many unit roundoffs (2^-53) of the terms' magnitudes, here taken as |E|. The forces sum at
   // most `width` terms per atom: the tolerance applies to them as given.
-  const double energy_bound = std::max(o.tolerance, static_cast<double>(s.N) *
-                                                        kvmap_force.width() * std::ldexp(1.0, -53));
+  const double energy_bound =
+      std::max(o.tolerance, static_cast<double>(s.N) * kvmap_force.width() * std::ldexp(1.0, -53));
   const bool ok = force_ratio <= o.tolerance && energy_ratio <= energy_bound;
   if (rank() == 0) {
     std::printf(
@@ -235,7 +235,8 @@ int main(int argc, char* argv[]) {
     } else if (o.mode == "dump") {
       auto* force = dynamic_cast<ForceKvmap*>(md.force);
       if (force == nullptr) {
-        if (rank() == 0) std::fprintf(stderr, "examinimd-kvmap: --kvmap-dump needs pair_style kvmap\n");
+        if (rank() == 0)
+          std::fprintf(stderr, "examinimd-kvmap: --kvmap-dump needs pair_style kvmap\n");
         status = 2;
       } else {
         for (int done = 0, k = 0; done < md.input->nsteps; done += o.every, ++k) {

@@ -38,8 +38,7 @@ int world_rank() {
 // Every rank knows the failure (its condition, or the message, was agreed): each one prints
 // it, then the job ends (ExaMiniMD has no error path to return through).
 [[noreturn]] void fail(const std::string& message) {
-  std::fprintf(stderr, "ExaMiniMD pair_style kvmap (rank %d): %s\n", world_rank(),
-               message.c_str());
+  std::fprintf(stderr, "ExaMiniMD pair_style kvmap (rank %d): %s\n", world_rank(), message.c_str());
   std::fflush(stderr);
   MPI_Barrier(MPI_COMM_WORLD);
   std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the launcher forwards it
@@ -153,7 +152,8 @@ void agree_width(ForceKvmap::State& s, const List& list, T_INT atoms) {
     MPI_Allreduce(where, worst, 1, MPI_2INT, MPI_MAXLOC, MPI_COMM_WORLD);
     fail("an atom on rank " + std::to_string(worst[1]) + " has " + std::to_string(all[0]) +
          " neighbours within the cutoff and skin, more than max_neighbors " +
-         std::to_string(s.max_neighbors) + " (raise the cap, or leave it out: the width is then "
+         std::to_string(s.max_neighbors) +
+         " (raise the cap, or leave it out: the width is then "
          "the largest count on any rank)");
   }
   if (all[0] == s.width && all[1] == 0) return;
@@ -269,8 +269,9 @@ ForceKvmap::ForceKvmap(char** args, System* system, bool half_neigh)
   s.model_path = args[2];
   s.cutoff = std::atof(args[3]);
   if (s.model_path.empty() || s.cutoff <= 0) {
-    error = "usage: pair_style kvmap <model.pt> <cutoff> [chunk C] [concurrency K] "
-            "[max_neighbors M] [mode kvmap|direct]";
+    error =
+        "usage: pair_style kvmap <model.pt> <cutoff> [chunk C] [concurrency K] "
+        "[max_neighbors M] [mode kvmap|direct]";
   }
   for (int w = 4; error.empty() && w + 1 < 32 && args[w][0] != '\0'; w += 2) {
     const std::string key = args[w], value = args[w + 1];
@@ -317,8 +318,9 @@ void ForceKvmap::init_coeff(int, char**) {
 void ForceKvmap::compute(System* system, Binning*, Neighbor* neighbor) {
   State& s = *state_;
   if (!comm_newton) {
-    fail("needs `newton on`: the forces on ghost atoms reach their owners through ExaMiniMD's "
-         "reverse communication, which it runs only with newton on (in.lj says newton off)");
+    fail(
+        "needs `newton on`: the forces on ghost atoms reach their owners through ExaMiniMD's "
+        "reverse communication, which it runs only with newton on (in.lj says newton off)");
   }
   with_neighbor_list(neighbor, [&](const auto& list) {
     auto t = Clock::now();

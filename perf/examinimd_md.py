@@ -1,0 +1,126 @@
+"""What kvmap costs inside an MD time step: ExaMiniMD's LJ melt with
+  (i)   native lj/cut (ExaMiniMD's own Kokkos kernel),
+  (ii)  pair_style kvmap: a TorchScript model through kvmap::map_batches,
+  (iii) the same module called directly on one tensor over the whole environment array (the
+        force module's `mode direct`, as LAMMPS' pair_nequip does),
+for the Lennard-Jones model and the trained radial network, at several sizes and rank counts.
+Both model contenders share the environment and scatter kernels: (ii)/(iii) is kvmap's cost.
+Contenders run interleaved, `--reps` times each; the median steps/s is reported.
+
+    perf/examinimd_md.py --build build/default --models <dir with lj.pt, nn.pt>
+        [--np 1,2] [--cells 10,20,40] [--reps 3] [--chunk-nn 65536] [--json out.json]
+
+Needs the ExaMiniMD build of scripts/build-examinimd.sh (<build>/examinimd/bin) and the models
+of apps/examinimd/check.py models (the ctest fixtures make both).
+"""
+import argparse
+import datetime
+import json
+import os
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "apps", "examinimd"))
+import check  # noqa: E402  (the input files of the tests)
+
+STEPS = {10: 100, 20: 20, 40: 5}  # cells -> steps: 4,000 / 32,000 / 256,000 atoms
+
+
+def contenders(models, cells, chunk_nn):
+    lj, nn = os.path.join(models, "lj.pt"), os.path.join(models, "nn.pt")
+    # The network's intermediates at 256,000 atoms (a [atoms, width, 16] basis and its
+    # gradient, several GB) do not fit one call: both contenders take the same chunks there.
+    nn_chunk = " chunk %d" % chunk_nn if cells >= 40 else ""
+    return [
+        ("native lj/cut", "lj/cut 2.5"),
+        ("LJ model, kvmap", "kvmap %s 2.5" % lj),
+        ("LJ model, direct", "kvmap %s 2.5 mode direct" % lj),
+        ("NN model, kvmap", "kvmap %s 2.5%s" % (nn, nn_chunk)),
+        ("NN model, direct", "kvmap %s 2.5 mode direct%s" % (nn, nn_chunk)),
+    ]
+
+
+def run_once(exe, launcher, np, path):
+    p = subprocess.run([launcher, "-n", str(np), exe, "-il", path, "--kvmap-run"],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=3600)
+    if p.returncode != 0:
+        sys.exit("examinimd_md: failed:\n" + p.stdout[-3000:])
+    perf = re.search(r"^(\d+) (\d+) \| (\S+) (\S+) (\S+) (\S+) (\S+) \| (\S+) (\S+) (\S+) PERFORMANCE",
+                     p.stdout, re.M)
+    out = {"time_s": float(perf.group(3)), "force_s": float(perf.group(4)),
+           "neigh_s": float(perf.group(5)), "comm_s": float(perf.group(6)),
+           "other_s": float(perf.group(7)), "steps_per_s": float(perf.group(8)),
+           "atoms": int(perf.group(2))}
+    t = re.search(r"kvmap-timings: (\d+) calls, width (\d+), ms per step \(rank 0\): environments (\S+), "
+                  r"agreement (\S+), model (\S+), gradients (\S+), mapping (\S+) .*scatter (\S+)", p.stdout)
+    if t:
+        out.update(width=int(t.group(2)), environments_ms=float(t.group(3)), width_agreement_ms=float(t.group(4)),
+                   model_ms=float(t.group(5)), autograd_ms=float(t.group(6)), mapping_ms=float(t.group(7)),
+                   scatter_ms=float(t.group(8)))
+        out["kvmap_ms"] = out["mapping_ms"] - out["model_ms"] - out["autograd_ms"]
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", required=True)
+    ap.add_argument("--models", required=True)
+    ap.add_argument("--np", default="1,2")
+    ap.add_argument("--cells", default="10,20,40")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--chunk-nn", type=int, default=65536)
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    exe = os.path.join(args.build, "examinimd", "bin", "examinimd-kvmap")
+    launcher = os.path.join(args.build, "kvmap-mpiexec")
+    records = []
+    with tempfile.TemporaryDirectory() as work:
+        for np in [int(v) for v in args.np.split(",")]:
+            for cells in [int(v) for v in args.cells.split(",")]:
+                steps = STEPS.get(cells, 10)
+                cases = contenders(args.models, cells, args.chunk_nn)
+                samples = {name: [] for name, _ in cases}
+                for rep in range(args.reps):
+                    for name, pair in cases:
+                        path = check.input_file(os.path.join(work, "md.in"), cells, pair, steps, thermo=steps)
+                        samples[name].append(run_once(exe, launcher, np, path))
+                        print("examinimd_md: %d ranks, %d cells, %s, rep %d: %.3f steps/s"
+                              % (np, cells, name, rep, samples[name][-1]["steps_per_s"]), flush=True)
+                for name, pair in cases:
+                    runs = sorted(samples[name], key=lambda r: r["steps_per_s"])
+                    median = runs[len(runs) // 2]
+                    rec = dict(median, ranks=np, cells=cells, steps=steps, contender=name, pair_style=pair,
+                               steps_per_s_all=[r["steps_per_s"] for r in samples[name]])
+                    rec["us_per_atom_step"] = 1e6 / (median["steps_per_s"] * median["atoms"])
+                    records.append(rec)
+                for model in ("LJ", "NN"):
+                    k = next(r for r in records if r["ranks"] == np and r["cells"] == cells
+                             and r["contender"] == model + " model, kvmap")
+                    d = next(r for r in records if r["ranks"] == np and r["cells"] == cells
+                             and r["contender"] == model + " model, direct")
+                    k["kvmap_over_direct"] = d["steps_per_s"] / k["steps_per_s"]
+    print()
+    print("%-5s %-8s %-18s %10s %12s %9s | ms per step (rank 0): env  width  model  autograd  kvmap  scatter | comm"
+          % ("ranks", "atoms", "contender", "steps/s", "us/atom-step", "ii/iii"))
+    for r in records:
+        ratio = "%.3f" % r["kvmap_over_direct"] if "kvmap_over_direct" in r else ""
+        breakdown = ""
+        if "model_ms" in r:
+            breakdown = "%6.2f %6.2f %6.2f %8.2f %6.2f %8.2f" % (
+                r["environments_ms"], r["width_agreement_ms"], r["model_ms"], r["autograd_ms"],
+                r["kvmap_ms"], r["scatter_ms"])
+        print("%-5d %-8d %-18s %10.3f %12.3f %9s | %s | %.2f" % (
+            r["ranks"], r["atoms"], r["contender"], r["steps_per_s"], r["us_per_atom_step"], ratio,
+            breakdown, 1e3 * r["comm_s"] / r["steps"]))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"date": datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M UTC"),
+                       "host": socket.gethostname(), "cores": os.cpu_count(), "records": records}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
