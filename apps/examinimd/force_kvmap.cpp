@@ -7,6 +7,7 @@
 
 #include <kvmap/kvmap.hpp>
 
+#include <Kokkos_ScatterView.hpp>
 #include <mpi.h>
 
 #include <atomic>
@@ -203,7 +204,8 @@ std::tuple<at::Tensor, at::Tensor> run_model(ForceKvmap::State& s, bool gradient
     at::Tensor x = d.to(s.dtype).detach().requires_grad_(gradients);
     at::Tensor e = s.model.forward({x, mask}).toTensor();
     check_per_atom(e, x.size(0));
-    add(s.model_seconds, seconds_since(t0));
+    // Timed in compute() only (compute_energy's forward passes are not part of a step).
+    if (gradients) add(s.model_seconds, seconds_since(t0));
     if (!gradients) return std::make_tuple(e.detach().to(at::kDouble), at::Tensor());
     const auto t1 = Clock::now();
     at::Tensor g = torch::autograd::grad({e.sum()}, {x})[0];
@@ -237,13 +239,16 @@ std::tuple<at::Tensor, at::Tensor> run_model(ForceKvmap::State& s, bool gradient
 }
 
 // F_i += dE/dd_ij and F_j -= dE/dd_ij for every real neighbour (d_ij = x_j - x_i), ghosts
-// included; ExaMiniMD's update_force then adds the ghosts' forces to their owners.
+// included; ExaMiniMD's update_force then adds the ghosts' forces to their owners. Through a
+// Kokkos ScatterView: per-thread copies on the host (no atomics), atomics on GPUs.
 template <class List>
-void scatter_forces(const ForceKvmap::State& s, const List& list, const t_f_atomic& f) {
+void scatter_forces(const ForceKvmap::State& s, const List& list, t_f f) {
   const Gradients g(s.gradients.data_ptr<double>(), s.atoms, s.width, 3);
+  auto forces = Kokkos::Experimental::create_scatter_view(f);
   Kokkos::parallel_for(
       "kvmap::examinimd::scatter", Kokkos::RangePolicy<Exec>(0, s.atoms),
       KOKKOS_LAMBDA(const T_INT i) {
+        auto out = forces.access();
         const auto neighs = list.get_neighs(i);
         const int count = neighs.get_num_neighs();
         double fi[3] = {0, 0, 0};
@@ -251,11 +256,12 @@ void scatter_forces(const ForceKvmap::State& s, const List& list, const t_f_atom
           const T_INT j = neighs(k);
           for (int d = 0; d < 3; ++d) {
             fi[d] += g(i, k, d);
-            f(j, d) -= g(i, k, d);
+            out(j, d) -= g(i, k, d);
           }
         }
-        for (int d = 0; d < 3; ++d) f(i, d) += fi[d];
+        for (int d = 0; d < 3; ++d) out(i, d) += fi[d];
       });
+  Kokkos::Experimental::contribute(f, forces);
   Exec().fence();
 }
 
