@@ -9,7 +9,8 @@ kvmap_prepare() {
     export KVMAP_DEBIAN_KOKKOS=1
   fi
   if [ "$preset" = torch2 ]; then
-    export KVMAP_TORCH2=1
+    # The modern configuration: Kokkos 4.6.01 and the torch wheel.
+    export KVMAP_TORCH2=1 KVMAP_KOKKOS4=1
   fi
   if [ "$preset" = mpich ]; then
     export KVMAP_MPICH=1
@@ -21,6 +22,9 @@ kvmap_prepare() {
   local deps
   deps="$("$KVMAP_SOURCE_DIR/scripts/install-deps.sh")"
   KVMAP_KOKKOS_PREFIX="$(tail -n1 <<<"$deps")"
+  if [ "$preset" = torch2 ]; then
+    KVMAP_KOKKOS_PREFIX="$(sed -n 's/^kokkos4=//p' <<<"$deps")"
+  fi
   export KVMAP_KOKKOS_PREFIX
   if [ "$preset" = torch2 ] || [ "$preset" = cuda-compile ]; then
     # The preset takes LibTorch from the venv (its torch's CMake package) and, torch2, its

@@ -7,10 +7,15 @@
 #      with mpi4py, pybind11, pytest and Heat (the Python side of the torch2 configuration);
 #   4. with KVMAP_MPICH=1: Debian's MPICH beside Open MPI, and a venv of Debian's Python (its
 #      torch 1.13 included) with mpi4py built from PyPI's source for MPICH;
-#   5. with KVMAP_CUDA=1 (implies KVMAP_TORCH2=1): Kokkos + Kokkos Kernels 3.4.01 with the
-#      CUDA backend (sm_80, + Serial, C++20) from the same source, patched for nvcc 13
-#      (scripts/patches/kokkos-3.4.01-cuda13.patch), for the compile-only CUDA build. Needs
-#      nvcc (>= 12) on PATH, not a GPU.
+#   5. with KVMAP_KOKKOS4=1: Kokkos + Kokkos Kernels 4.6.01 (OpenMP + Serial, C++20) from
+#      their release archives ($KVMAP_SOURCES or ../shared/third_party, else downloaded;
+#      sha256 checked), the modern configuration's Kokkos;
+#   6. with KVMAP_CUDA=1 (implies KVMAP_TORCH2=1): Kokkos + Kokkos Kernels 4.6.01 with the
+#      CUDA backend (Hopper, + Serial, C++20) patched for CUDA 13
+#      (scripts/patches/kokkos-4.6.01-cuda13.patch), for the compile-only CUDA build. Needs
+#      nvcc (>= 12) on PATH, not a GPU;
+#   7. with KVMAP_HIP=1: Debian's hipcc (ROCm 5.2) and Kokkos + Kokkos Kernels 4.6.01 with the
+#      HIP backend (gfx90a, + Serial), for the compile-only HIP build. Needs no GPU.
 #
 # Environment:
 #   KVMAP_DEPS_PREFIX  where Kokkos is installed (default: $XDG_CACHE_HOME/kvmap or ~/.cache/kvmap)
@@ -21,16 +26,18 @@
 #   KVMAP_TORCH2_BASE_PYTHON  the Python >= 3.12 the venv is made from (default: python3.12
 #                      on PATH or in pyenv, else a newer one)
 #   KVMAP_MPICH=1      also install MPICH and make the MPICH venv ($KVMAP_DEPS_PREFIX/mpich-venv)
-#   KVMAP_CUDA=1       also build the CUDA Kokkos ($KVMAP_DEPS_PREFIX/kokkos-3.4.01-cuda)
+#   KVMAP_KOKKOS4=1    also build Kokkos 4.6.01 ($KVMAP_DEPS_PREFIX/kokkos-4.6.01)
+#   KVMAP_CUDA=1       also build the CUDA Kokkos ($KVMAP_DEPS_PREFIX/kokkos-4.6.01-cuda)
+#   KVMAP_HIP=1        also install hipcc and build the HIP Kokkos (.../kokkos-4.6.01-hip)
+#   KVMAP_SOURCES      where the Kokkos 4.6.01 archives are (default ../shared/third_party)
 # Prints "torch2-python=<venv python>" (with KVMAP_TORCH2=1), "mpich-python=<venv python>" or
-# "mpich-python-skipped=<reason>" (with KVMAP_MPICH=1), "cuda-kokkos=<prefix>" (with
-# KVMAP_CUDA=1), then the (OpenMP) Kokkos prefix on its last line.
+# "mpich-python-skipped=<reason>" (with KVMAP_MPICH=1), "kokkos4=<prefix>",
+# "cuda-kokkos=<prefix>", "hip-kokkos=<prefix>" (with KVMAP_KOKKOS4, KVMAP_CUDA, KVMAP_HIP),
+# then the Kokkos 3.4.01 (OpenMP) prefix on its last line.
 set -euo pipefail
 
 cache_root="${XDG_CACHE_HOME:-$HOME/.cache}/kvmap"
 prefix="${KVMAP_DEPS_PREFIX:-$cache_root}/kokkos-3.4.01"
-cuda_prefix="${KVMAP_DEPS_PREFIX:-$cache_root}/kokkos-3.4.01-cuda"
-cuda_patch="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/patches/kokkos-3.4.01-cuda13.patch"
 if [ "${KVMAP_CUDA:-0}" = 1 ]; then
   # The CUDA build compiles against the CUDA torch wheel of the torch2 venv.
   KVMAP_TORCH2=1
@@ -68,6 +75,11 @@ fi
 if [ "${KVMAP_MPICH:-0}" = 1 ]; then
   # Open MPI stays the `mpi` alternative; MPICH's tools are mpicxx.mpich, mpiexec.mpich, ...
   packages+=(libmpich-dev mpich python3-venv)
+fi
+if [ "${KVMAP_HIP:-0}" = 1 ]; then
+  # ROCm 5.2 from Debian; NVIDIA's Thrust headers stand in for rocThrust, which LibTorch's
+  # c10/util/complex.h includes under hipcc (with THRUST_DEVICE_SYSTEM=CPP).
+  packages+=(hipcc libamdhip64-dev rocm-device-libs libthrust-dev)
 fi
 if [ "${KVMAP_TORCH2:-0}" = 1 ]; then
   # The wheel ships ATen/functorch headers that include nlohmann/json.hpp but not that header.
@@ -177,20 +189,139 @@ if [ "${KVMAP_MPICH:-0}" = 1 ]; then
   fi
 fi
 
-# ---- Kokkos + Kokkos Kernels 3.4.01 from Debian's trilinos source package ----------------
-# The stamp of the CUDA prefix names the patch it was built with: a changed patch rebuilds it.
-cuda_stamp_want=""
-if [ "${KVMAP_CUDA:-0}" = 1 ]; then
-  cuda_stamp_want="$(sha256sum "$cuda_patch" | cut -d' ' -f1)"
-fi
-cuda_done() { [ -f "$cuda_prefix/.kvmap-complete" ] && [ "$(cat "$cuda_prefix/.kvmap-complete")" = "$cuda_stamp_want" ]; }
+# ---- Kokkos + Kokkos Kernels 4.6.01 from their release archives ----------------------------
+# The archives come from $KVMAP_SOURCES (default: ../shared/third_party beside the checkout)
+# or, where they are not, from the upstream release URLs; their sha256 (the ones spack's
+# recipes list) is checked either way. OpenMP + Serial for the modern configuration; with
+# KVMAP_CUDA=1 also CUDA + Serial (Hopper, patched for CUDA 13:
+# scripts/patches/kokkos-4.6.01-cuda13.patch); with KVMAP_HIP=1 also HIP + Serial (gfx90a,
+# Debian's hipcc). Shared libraries, so that they link into a shared libkvmap.
+repo_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+sources_dir="${KVMAP_SOURCES:-$repo_dir/../shared/third_party}"
+kokkos4_version=4.6.01
+kokkos4_sha256=b9d70e4653b87a06dbb48d63291bf248058c7c7db4bd91979676ad5609bb1a3a
+kernels4_sha256=95b9357f37ab3b9c3913c00741acb2501831c28ea8664de67818ae79c69c5908
+kokkos4_url="https://github.com/kokkos/kokkos/releases/download/$kokkos4_version/kokkos-$kokkos4_version.tar.gz"
+kernels4_url="https://github.com/kokkos/kokkos-kernels/releases/download/$kokkos4_version/kokkos-kernels-$kokkos4_version.tar.gz"
 
-if [ -f "$prefix/.kvmap-complete" ] && { [ "${KVMAP_CUDA:-0}" != 1 ] || cuda_done; }; then
-  log "Kokkos 3.4.01 (OpenMP+Serial) and Kokkos Kernels: present in $prefix"
-  if [ "${KVMAP_CUDA:-0}" = 1 ]; then
-    log "Kokkos 3.4.01 (CUDA+Serial) and Kokkos Kernels: present in $cuda_prefix"
-    echo "cuda-kokkos=$cuda_prefix"
+# fetch_source NAME SHA256 URL: the path of a checked source archive.
+fetch_source() {
+  local name="$1" sha="$2" url="$3" path
+  if [ -f "$sources_dir/$name" ]; then
+    path="$sources_dir/$name"
+  else
+    path="$cache_root/downloads/$name"
+    if [ ! -f "$path" ]; then
+      mkdir -p "$cache_root/downloads"
+      log "downloading $url"
+      python3 -c 'import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1], sys.argv[2])' \
+        "$url" "$path.part" >&2 && mv "$path.part" "$path"
+    fi
   fi
+  if ! echo "$sha  $path" | sha256sum --check --quiet - >&2; then
+    log "$path does not have the sha256 of $name ($sha); remove it or fix KVMAP_SOURCES"
+    exit 1
+  fi
+  echo "$path"
+}
+
+# build_kokkos4 VARIANT PREFIX [PATCH|-] [CMAKE ARGS...]: Kokkos and Kokkos Kernels 4.6.01
+# into PREFIX (-DCMAKE_* arguments to both builds, the others to Kokkos alone), with PATCH
+# applied to Kokkos first. Kokkos Kernels: the BLAS and batched components kvmap calls, no
+# explicit instantiations (kvmap instantiates what it uses), no TPLs.
+build_kokkos4() {
+  local variant="$1" kprefix="$2" kpatch="$3"
+  shift 3
+  local both=() core=() arg tree="$cache_root/src/kokkos-$kokkos4_version-$variant"
+  for arg in "$@"; do
+    case "$arg" in
+      -DCMAKE_*) both+=("$arg") ;;
+      *) core+=("$arg") ;;
+    esac
+  done
+  local kokkos_archive kernels_archive
+  kokkos_archive="$(fetch_source "kokkos-$kokkos4_version.tar.gz" "$kokkos4_sha256" "$kokkos4_url")"
+  kernels_archive="$(fetch_source "kokkos-kernels-$kokkos4_version.tar.gz" "$kernels4_sha256" "$kernels4_url")"
+  rm -rf "$tree" "$kprefix" && mkdir -p "$tree"
+  tar -xzf "$kokkos_archive" -C "$tree"
+  tar -xzf "$kernels_archive" -C "$tree"
+  if [ "$kpatch" != - ]; then
+    log "patching Kokkos $kokkos4_version: $kpatch"
+    patch -d "$tree/kokkos-$kokkos4_version" -p1 --quiet <"$kpatch" >&2
+  fi
+  local common=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX="$kprefix"
+    -DBUILD_SHARED_LIBS=ON -DCMAKE_INSTALL_RPATH="$kprefix/lib"
+    -DCMAKE_INSTALL_RPATH_USE_LINK_PATH=ON "${both[@]}")
+  if command -v ccache >/dev/null 2>&1; then common+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
+  log "building Kokkos $kokkos4_version ($variant: ${core[*]}) into $kprefix"
+  cmake -S "$tree/kokkos-$kokkos4_version" -B "$tree/build-kokkos" "${common[@]}" \
+    -DKokkos_ENABLE_SERIAL=ON -DKokkos_ENABLE_TESTS=OFF "${core[@]}" >&2
+  cmake --build "$tree/build-kokkos" -j "$jobs" >&2
+  cmake --install "$tree/build-kokkos" >&2
+  log "building Kokkos Kernels $kokkos4_version ($variant) into $kprefix"
+  cmake -S "$tree/kokkos-kernels-$kokkos4_version" -B "$tree/build-kernels" "${common[@]}" \
+    -DKokkos_ROOT="$kprefix" -DKokkosKernels_ENABLE_TESTS=OFF -DKokkosKernels_ENABLE_EXAMPLES=OFF \
+    -DKokkosKernels_ENABLE_ALL_COMPONENTS=OFF -DKokkosKernels_ENABLE_COMPONENT_BLAS=ON \
+    -DKokkosKernels_ENABLE_COMPONENT_BATCHED=ON \
+    -DKokkosKernels_INST_DOUBLE=OFF -DKokkosKernels_INST_FLOAT=OFF \
+    -DKokkosKernels_INST_COMPLEX_DOUBLE=OFF -DKokkosKernels_INST_COMPLEX_FLOAT=OFF \
+    -DKokkosKernels_INST_ORDINAL_INT=OFF -DKokkosKernels_INST_ORDINAL_INT64_T=OFF \
+    -DKokkosKernels_INST_OFFSET_INT=OFF -DKokkosKernels_INST_OFFSET_SIZE_T=OFF \
+    -DKokkosKernels_INST_LAYOUTLEFT=OFF -DKokkosKernels_INST_LAYOUTRIGHT=OFF \
+    -DKokkosKernels_ENABLE_TPL_BLAS=OFF -DKokkosKernels_ENABLE_TPL_LAPACK=OFF \
+    -DKokkosKernels_ENABLE_TPL_CUBLAS=OFF -DKokkosKernels_ENABLE_TPL_CUSPARSE=OFF \
+    -DKokkosKernels_ENABLE_TPL_CUSOLVER=OFF -DKokkosKernels_ENABLE_TPL_ROCBLAS=OFF \
+    -DKokkosKernels_ENABLE_TPL_ROCSPARSE=OFF -DKokkosKernels_ENABLE_TPL_ROCSOLVER=OFF >&2
+  cmake --build "$tree/build-kernels" -j "$jobs" >&2
+  cmake --install "$tree/build-kernels" >&2
+  rm -rf "$tree"
+}
+
+# kokkos4 VARIANT PREFIX STAMP PATCH ARGS...: builds unless PREFIX has this STAMP.
+kokkos4() {
+  local variant="$1" kprefix="$2" stamp="$3"
+  if [ -f "$kprefix/.kvmap-complete" ] && [ "$(cat "$kprefix/.kvmap-complete")" = "$stamp" ]; then
+    log "Kokkos $kokkos4_version ($variant) and Kokkos Kernels: present in $kprefix"
+  else
+    shift 3
+    build_kokkos4 "$variant" "$kprefix" "$@"
+    echo "$stamp" >"$kprefix/.kvmap-complete"
+    log "done: $kprefix"
+  fi
+}
+
+if [ "${KVMAP_KOKKOS4:-0}" = 1 ]; then
+  kokkos4 openmp "${KVMAP_DEPS_PREFIX:-$cache_root}/kokkos-$kokkos4_version" "$kokkos4_sha256" - \
+    -DCMAKE_CXX_STANDARD=20 -DKokkos_ENABLE_OPENMP=ON
+  echo "kokkos4=${KVMAP_DEPS_PREFIX:-$cache_root}/kokkos-$kokkos4_version"
+fi
+if [ "${KVMAP_CUDA:-0}" = 1 ]; then
+  command -v nvcc >/dev/null 2>&1 || {
+    log "KVMAP_CUDA=1 needs nvcc (CUDA >= 12) on PATH"
+    exit 1
+  }
+  cuda4_patch="$repo_dir/scripts/patches/kokkos-$kokkos4_version-cuda13.patch"
+  cuda4_prefix="${KVMAP_DEPS_PREFIX:-$cache_root}/kokkos-$kokkos4_version-cuda"
+  # nvcc_wrapper of the patched tree compiles Kokkos and Kokkos Kernels; the installed one
+  # compiles kvmap.
+  kokkos4 cuda "$cuda4_prefix" "$kokkos4_sha256 $(sha256sum "$cuda4_patch" | cut -d' ' -f1)" \
+    "$cuda4_patch" -DCMAKE_CXX_STANDARD=20 \
+    -DCMAKE_CXX_COMPILER="$cache_root/src/kokkos-$kokkos4_version-cuda/kokkos-$kokkos4_version/bin/nvcc_wrapper" \
+    -DKokkos_ENABLE_CUDA=ON -DKokkos_ENABLE_CUDA_LAMBDA=ON -DKokkos_ARCH_HOPPER90=ON
+  echo "cuda-kokkos=$cuda4_prefix"
+fi
+if [ "${KVMAP_HIP:-0}" = 1 ]; then
+  hip4_prefix="${KVMAP_DEPS_PREFIX:-$cache_root}/kokkos-$kokkos4_version-hip"
+  # Debian 12 has no rocThrust: Kokkos without it.
+  kokkos4 hip "$hip4_prefix" "$kokkos4_sha256 hip" - -DCMAKE_CXX_STANDARD=17 \
+    -DCMAKE_CXX_COMPILER=hipcc -DKokkos_ENABLE_HIP=ON -DKokkos_ARCH_AMD_GFX90A=ON \
+    -DKokkos_ENABLE_ROCTHRUST=OFF
+  echo "hip-kokkos=$hip4_prefix"
+fi
+
+# ---- Kokkos + Kokkos Kernels 3.4.01 from Debian's trilinos source package ----------------
+if [ -f "$prefix/.kvmap-complete" ]; then
+  log "Kokkos 3.4.01 (OpenMP+Serial) and Kokkos Kernels: present in $prefix"
   echo "$prefix"
   exit 0
 fi
@@ -288,34 +419,6 @@ else
   build_kokkos "$tree" "$prefix" -DCMAKE_CXX_STANDARD=17 -DKokkos_ENABLE_OPENMP=ON
   touch "$prefix/.kvmap-complete"
   log "done: $prefix"
-fi
-
-# CUDA: its own copy of the tree (the OpenMP one stays as Debian ships it), patched for nvcc
-# 13; nvcc_wrapper of the patched tree is the compiler of Kokkos, Kokkos Kernels and kvmap.
-# C++20, as LibTorch >= 2.14 requires of kvmap (Kokkos 3.4 builds as C++20 with nvcc 13).
-if [ "${KVMAP_CUDA:-0}" = 1 ]; then
-  if cuda_done; then
-    log "Kokkos 3.4.01 (CUDA+Serial) and Kokkos Kernels: present in $cuda_prefix"
-  else
-    command -v nvcc >/dev/null 2>&1 || {
-      log "KVMAP_CUDA=1 needs nvcc (CUDA >= 12) on PATH"
-      exit 1
-    }
-    cuda_tree="$work/trilinos-cuda"
-    if [ ! -f "$cuda_tree/.kvmap-patched" ] || [ "$(cat "$cuda_tree/.kvmap-patched")" != "$cuda_stamp_want" ]; then
-      extract_tree "$cuda_tree"
-      log "patching $cuda_tree for nvcc 13: $cuda_patch"
-      patch -d "$cuda_tree" -p1 --forward --quiet <"$cuda_patch" >&2
-      echo "$cuda_stamp_want" >"$cuda_tree/.kvmap-patched"
-    fi
-    rm -rf "$cuda_prefix"
-    build_kokkos "$cuda_tree" "$cuda_prefix" -DCMAKE_CXX_STANDARD=20 \
-      -DCMAKE_CXX_COMPILER="$cuda_tree/packages/kokkos/bin/nvcc_wrapper" \
-      -DKokkos_ENABLE_CUDA=ON -DKokkos_ENABLE_CUDA_LAMBDA=ON -DKokkos_ARCH_AMPERE80=ON
-    echo "$cuda_stamp_want" >"$cuda_prefix/.kvmap-complete"
-    log "done: $cuda_prefix"
-  fi
-  echo "cuda-kokkos=$cuda_prefix"
 fi
 
 echo "$prefix"
