@@ -19,6 +19,10 @@ kvmap_prepare() {
     # Kokkos with the CUDA backend (and the torch2 venv's CUDA torch wheel).
     export KVMAP_CUDA=1
   fi
+  if [ "$preset" = hip-compile ]; then
+    # Debian's hipcc and Kokkos with the HIP backend (Debian's CPU LibTorch).
+    export KVMAP_HIP=1
+  fi
   local deps
   deps="$("$KVMAP_SOURCE_DIR/scripts/install-deps.sh")"
   KVMAP_KOKKOS_PREFIX="$(tail -n1 <<<"$deps")"
@@ -41,6 +45,10 @@ kvmap_prepare() {
     # The preset's compiler is this prefix's nvcc_wrapper.
     KVMAP_CUDA_KOKKOS_PREFIX="$(sed -n 's/^cuda-kokkos=//p' <<<"$deps")"
     export KVMAP_CUDA_KOKKOS_PREFIX
+  fi
+  if [ "$preset" = hip-compile ]; then
+    KVMAP_HIP_KOKKOS_PREFIX="$(sed -n 's/^hip-kokkos=//p' <<<"$deps")"
+    export KVMAP_HIP_KOKKOS_PREFIX
   fi
   if [ "$preset" = mpich ]; then
     # The Python tests run where mpi4py could be built for MPICH; otherwise they are left out.

@@ -5,13 +5,16 @@
 # kvmap-perf's overhead, chunks and zero-copy scenarios, and writes everything under one
 # results directory.
 #
-#   scripts/gpu-check.sh --kokkos-src DIR --kernels-src DIR [--doctest-src DIR]
+#   scripts/gpu-check.sh [--kokkos-src DIR --kernels-src DIR] [--doctest-src DIR]
 #                        [--out DIR] [--arch KOKKOS_ARCH] [--jobs N] [--python PY]
 #
 #   --kokkos-src   a Kokkos source tree (4.x, or Debian's trilinos packages/kokkos 3.4.01);
 #                  kvmap's CUDA 13 patch for that version (scripts/patches) is applied to it
-#                  when nvcc is 13 or newer and the tree is not patched yet
-#   --kernels-src  the Kokkos Kernels source tree of a matching version
+#                  when nvcc is 13 or newer and the tree is not patched yet. Default: Kokkos
+#                  4.6.01 from the release archive install-deps.sh uses ($KVMAP_SOURCES or
+#                  ../shared/third_party, which travels with the working tree; sha256 checked)
+#   --kernels-src  the Kokkos Kernels source tree of a matching version (default: 4.6.01, as
+#                  above)
 #   --doctest-src  a doctest source tree, where the machine has no doctest package
 #   --out          results directory (default: gpu-check-<date>-<host>); its build/ holds
 #                  the builds, results.txt the summary
@@ -32,14 +35,24 @@ while [ $# -gt 0 ]; do
     --arch) arch="$2"; shift 2 ;;
     --jobs) jobs="$2"; shift 2 ;;
     --python) python="$2"; shift 2 ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     *) echo "gpu-check: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
-[ -n "$kokkos_src" ] && [ -n "$kernels_src" ] || { echo "gpu-check: --kokkos-src and --kernels-src are required" >&2; exit 2; }
 out="${out:-gpu-check-$(date +%Y%m%d-%H%M)-$(hostname -s)}"
 mkdir -p "$out"
 out="$(cd "$out" && pwd)"
+if [ -z "$kokkos_src" ] && [ -z "$kernels_src" ]; then
+  # The archives install-deps.sh builds from, unpacked here (fetch_source checks the sha256).
+  cache_root="$out"
+  log() { echo "[gpu-check] $*" >&2; }
+  # shellcheck source=kokkos-sources.sh
+  source "$src_dir/scripts/kokkos-sources.sh"
+  mkdir -p "$out/src"
+  for archive in $(kokkos4_archives); do tar -xzf "$archive" -C "$out/src"; done
+  kokkos_src="$out/src/kokkos-$kokkos4_version" kernels_src="$out/src/kokkos-kernels-$kokkos4_version"
+fi
+[ -n "$kokkos_src" ] && [ -n "$kernels_src" ] || { echo "gpu-check: give both --kokkos-src and --kernels-src, or neither" >&2; exit 2; }
 results="$out/results.txt"
 : >"$results"
 say() { echo "[gpu-check] $*" | tee -a "$results"; }

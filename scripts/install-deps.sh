@@ -197,33 +197,8 @@ fi
 # scripts/patches/kokkos-4.6.01-cuda13.patch); with KVMAP_HIP=1 also HIP + Serial (gfx90a,
 # Debian's hipcc). Shared libraries, so that they link into a shared libkvmap.
 repo_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-sources_dir="${KVMAP_SOURCES:-$repo_dir/../shared/third_party}"
-kokkos4_version=4.6.01
-kokkos4_sha256=b9d70e4653b87a06dbb48d63291bf248058c7c7db4bd91979676ad5609bb1a3a
-kernels4_sha256=95b9357f37ab3b9c3913c00741acb2501831c28ea8664de67818ae79c69c5908
-kokkos4_url="https://github.com/kokkos/kokkos/releases/download/$kokkos4_version/kokkos-$kokkos4_version.tar.gz"
-kernels4_url="https://github.com/kokkos/kokkos-kernels/releases/download/$kokkos4_version/kokkos-kernels-$kokkos4_version.tar.gz"
-
-# fetch_source NAME SHA256 URL: the path of a checked source archive.
-fetch_source() {
-  local name="$1" sha="$2" url="$3" path
-  if [ -f "$sources_dir/$name" ]; then
-    path="$sources_dir/$name"
-  else
-    path="$cache_root/downloads/$name"
-    if [ ! -f "$path" ]; then
-      mkdir -p "$cache_root/downloads"
-      log "downloading $url"
-      python3 -c 'import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1], sys.argv[2])' \
-        "$url" "$path.part" >&2 && mv "$path.part" "$path"
-    fi
-  fi
-  if ! echo "$sha  $path" | sha256sum --check --quiet - >&2; then
-    log "$path does not have the sha256 of $name ($sha); remove it or fix KVMAP_SOURCES"
-    exit 1
-  fi
-  echo "$path"
-}
+# shellcheck source=kokkos-sources.sh
+source "$repo_dir/scripts/kokkos-sources.sh"
 
 # build_kokkos4 VARIANT PREFIX [PATCH|-] [CMAKE ARGS...]: Kokkos and Kokkos Kernels 4.6.01
 # into PREFIX (-DCMAKE_* arguments to both builds, the others to Kokkos alone), with PATCH
@@ -239,12 +214,9 @@ build_kokkos4() {
       *) core+=("$arg") ;;
     esac
   done
-  local kokkos_archive kernels_archive
-  kokkos_archive="$(fetch_source "kokkos-$kokkos4_version.tar.gz" "$kokkos4_sha256" "$kokkos4_url")"
-  kernels_archive="$(fetch_source "kokkos-kernels-$kokkos4_version.tar.gz" "$kernels4_sha256" "$kernels4_url")"
+  local archive
   rm -rf "$tree" "$kprefix" && mkdir -p "$tree"
-  tar -xzf "$kokkos_archive" -C "$tree"
-  tar -xzf "$kernels_archive" -C "$tree"
+  for archive in $(kokkos4_archives); do tar -xzf "$archive" -C "$tree"; done
   if [ "$kpatch" != - ]; then
     log "patching Kokkos $kokkos4_version: $kpatch"
     patch -d "$tree/kokkos-$kokkos4_version" -p1 --quiet <"$kpatch" >&2

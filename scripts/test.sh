@@ -9,10 +9,15 @@
 #                                    # tests with mpi4py built for MPICH (skipped, with the
 #                                    # reason, where it cannot be built)
 #   scripts/test.sh --pip [ranks]    # pip install into the torch2 venv, Python tests, uninstall
-#   scripts/test.sh --cuda-compile   # compile only, no GPU needed: libkvmap and the CudaSpace test
-#                                    # executable against Kokkos 3.4.01 with the CUDA backend
-#                                    # (nvcc >= 12 on PATH; built patched for nvcc 13) and the CUDA
-#                                    # torch wheel of the torch2 venv; runs nothing
+#   scripts/test.sh --cuda-compile   # compile only, no GPU needed: libkvmap, every test
+#                                    # executable, the examples and kvmap-perf against Kokkos
+#                                    # 4.6.01 with the CUDA backend (nvcc >= 12 on PATH; built
+#                                    # patched for CUDA 13) and the torch2 venv's CUDA torch
+#                                    # wheel; fails on any warning; runs nothing
+#   scripts/test.sh --hip-compile    # compile only, no GPU needed: libkvmap, the HIPSpace test
+#                                    # executable and the examples with Debian's hipcc against
+#                                    # Kokkos 4.6.01 with the HIP backend and Debian's CPU
+#                                    # LibTorch (KVMAP_GPU_COMPILE_ONLY); runs nothing
 #   scripts/test.sh --forced-kernels [--torch2]
 #                                    # the numerics once more with other kernels than this CPU's
 #                                    # own, older than any machine's (so every machine also sums
@@ -20,7 +25,7 @@
 #                                    # ATen's kernels without AVX2/AVX-512, the wheel's MKL at
 #                                    # SSE4.2; the check_close, C++ MPI, models, examples, Python
 #                                    # and perf quick tests of that configuration
-# Extra arguments go to ctest (e.g. -R layout, -j 2); --cuda-compile takes none.
+# Extra arguments go to ctest (e.g. -R layout, -j 2); --cuda-compile and --hip-compile take none.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 preset=default
 forced_kernels=0
@@ -36,15 +41,21 @@ case "${1:-}" in
   --torch2) preset=torch2; shift ;;
   --mpich) preset=mpich; shift ;;
   --cuda-compile) preset=cuda-compile; shift ;;
+  --hip-compile) preset=hip-compile; shift ;;
 esac
 if [ "$preset" = fuzz ]; then
   export KVMAP_FUZZ_DEPS=1
 fi
 kvmap_prepare "$preset"
-if [ "$preset" = cuda-compile ]; then
+if [ "$preset" = cuda-compile ] || [ "$preset" = hip-compile ]; then
   # kvmap_prepare stops at the first build error (set -e): reaching here means it compiled.
-  echo "[kvmap] cuda-compile: built OK (kvmap and the CudaSpace tests, CUDA Kokkos in" \
-    "$KVMAP_CUDA_KOKKOS_PREFIX); nothing runs: this is a compile-only check (no GPU), no ctest"
+  # Every file once more (ccache replays what the compiler said), to count the warnings.
+  log="build/$preset/compile.log"
+  cmake --build --preset "$preset" --clean-first 2>&1 | tee "$log" | grep -E "warning|error" || true
+  warnings="$(grep -c "warning:" "$log" || true)"
+  echo "[kvmap] $preset: every target of the preset compiled and linked, 0 errors, $warnings" \
+    "warnings ($log); nothing runs: a compile-only check (no GPU), no ctest"
+  [ "$warnings" = 0 ]
   exit 0
 fi
 if [ "$forced_kernels" = 1 ]; then
