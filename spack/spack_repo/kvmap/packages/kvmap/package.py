@@ -30,10 +30,11 @@ class Kvmap(CMakePackage, CudaPackage, ROCmPackage):
     # auto: kvmap asks the MPI library at run time (Open MPI's MPIX_Query_cuda_support or
     # MPIX_Query_rocm_support, MPICH's MPIX_GPU_query_support); on: MPI is given device
     # pointers; off: device data is staged through host buffers. KVMAP_GPU_AWARE_MPI=0|1 in the
-    # environment overrides all three at run time.
-    for _gpu in ("+cuda", "+rocm"):
-        variant("gpu_aware_mpi", default="auto", values=("auto", "on", "off"), multi=False,
-                when=_gpu, description="Whether MPI reads device memory (a GPU-aware MPI)")
+    # environment overrides all three at run time. Declared for every build, so that a spec
+    # naming it never makes the concretizer switch a GPU backend on to give the variant a
+    # meaning; `on` without +cuda or +rocm is a conflict instead.
+    variant("gpu_aware_mpi", default="auto", values=("auto", "on", "off"), multi=False,
+            description="Whether MPI reads device memory (a GPU-aware MPI; GPU builds)")
 
     depends_on("cxx", type="build")
     depends_on("cmake@3.20:", type="build")
@@ -52,18 +53,25 @@ class Kvmap(CMakePackage, CudaPackage, ROCmPackage):
     # GPU backends: Kokkos and PyTorch built for the same GPU. A DistView's device memory
     # becomes a torch tensor on that device, and code that includes Kokkos' headers is
     # compiled by Kokkos' compiler (nvcc_wrapper under GCC, hipcc for ROCm).
+    # The architecture is the user's to name (kvmap+cuda cuda_arch=90): spack's cuda_arch and
+    # amdgpu_target are sticky, so the concretizer cannot pick one, and no rule of this recipe
+    # derives kvmap's from a dependency's (which would let the solver choose Kokkos' and
+    # impose it here), so these conflicts fire.
     conflicts("+cuda", when="cuda_arch=none", msg="kvmap+cuda needs cuda_arch=<your GPU's>")
     conflicts("+rocm", when="amdgpu_target=none", msg="kvmap+rocm needs amdgpu_target=<gfx...>")
     conflicts("+cuda", when="+rocm", msg="one GPU backend at a time")
-    # Either side names the GPU: kvmap+cuda cuda_arch=90, or kvmap ^kokkos+cuda cuda_arch=90.
+    conflicts("gpu_aware_mpi=on", when="~cuda ~rocm",
+              msg="gpu_aware_mpi=on gives MPI device memory: it needs +cuda or +rocm")
     for arch in CudaPackage.cuda_arch_values:
         depends_on(f"kokkos+cuda+cuda_lambda cuda_arch={arch}", when=f"+cuda cuda_arch={arch}")
         depends_on(f"py-torch+cuda cuda_arch={arch}", when=f"+cuda cuda_arch={arch}")
-        requires(f"cuda_arch={arch}", when=f"+cuda ^kokkos+cuda cuda_arch={arch}")
     for target in ROCmPackage.amdgpu_targets:
         depends_on(f"kokkos+rocm amdgpu_target={target}", when=f"+rocm amdgpu_target={target}")
         depends_on(f"py-torch+rocm amdgpu_target={target}", when=f"+rocm amdgpu_target={target}")
-        requires(f"amdgpu_target={target}", when=f"+rocm ^kokkos+rocm amdgpu_target={target}")
+    # gpu_aware_mpi=on: an MPI that reads device memory.
+    depends_on("mpich+cuda", when="+cuda gpu_aware_mpi=on ^mpich")
+    depends_on("openmpi+cuda", when="+cuda gpu_aware_mpi=on ^openmpi")
+    depends_on("mpich+rocm", when="+rocm gpu_aware_mpi=on ^mpich")
     depends_on("kokkos+wrapper", when="+cuda %gcc")
     depends_on("kokkos~cuda", when="~cuda")
     depends_on("kokkos~rocm", when="~rocm")
