@@ -6,6 +6,12 @@
 
 #include "harness.hpp"
 
+#if defined(__CUDACC__)
+// nvcc declares the global operator new __host__ __device__; these replacements run on the
+// host only (a device allocation never reaches them).
+#pragma nv_diag_suppress 20011
+#endif
+
 namespace {
 std::atomic<bool> g_counting{false};
 std::atomic<std::uint64_t> g_bytes{0};

@@ -140,7 +140,10 @@ void scenario_scale(Report& report) {
     const std::size_t row_bytes = cols * sizeof(float);
     const Moves m = balance_moves(odd, me, row_bytes);
     for (double gbs : kBandwidthsGBs) {
-      const std::string bw = " " + std::to_string(static_cast<int>(gbs)) + " GB/s";
+      // Built up by appends: GCC 12's -Wrestrict misfires on "literal" + std::string at -O3.
+      std::string bw = " ";
+      bw += std::to_string(static_cast<int>(gbs));
+      bw += " GB/s";
       const double vmap_agreement = allreduce_us(P, 120.0, gbs);
       const double before = allgather_us(P, 664.0, gbs);
       report.add({"scale",
