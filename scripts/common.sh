@@ -20,8 +20,9 @@ kvmap_prepare() {
     export KVMAP_CUDA=1
   fi
   if [ "$preset" = hip-compile ]; then
-    # Debian's hipcc and Kokkos with the HIP backend (Debian's CPU LibTorch).
-    export KVMAP_HIP=1
+    # Debian's hipcc and Kokkos with the HIP backend (Debian's CPU LibTorch); the target of
+    # hipcc's commands that name none (there is no GPU to ask).
+    export KVMAP_HIP=1 HCC_AMDGPU_TARGET="${HCC_AMDGPU_TARGET:-gfx90a}"
   fi
   local deps
   deps="$("$KVMAP_SOURCE_DIR/scripts/install-deps.sh")"

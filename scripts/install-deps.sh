@@ -284,6 +284,9 @@ if [ "${KVMAP_CUDA:-0}" = 1 ]; then
 fi
 if [ "${KVMAP_HIP:-0}" = 1 ]; then
   hip4_prefix="${KVMAP_DEPS_PREFIX:-$cache_root}/kokkos-$kokkos4_version-hip"
+  # hipcc asks the machine's GPUs for a target when a command names none (linking, CMake's
+  # compiler checks): there are none here.
+  export HCC_AMDGPU_TARGET="${HCC_AMDGPU_TARGET:-gfx90a}"
   # Debian 12 has no rocThrust: Kokkos without it.
   kokkos4 hip "$hip4_prefix" "$kokkos4_sha256 hip" - -DCMAKE_CXX_STANDARD=17 \
     -DCMAKE_CXX_COMPILER=hipcc -DKokkos_ENABLE_HIP=ON -DKokkos_ARCH_AMD_GFX90A=ON \
