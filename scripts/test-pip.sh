@@ -8,9 +8,10 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 ranks=("$@")
 [ "${#ranks[@]}" -gt 0 ] || ranks=(1 2 3 4)
 
-deps="$(KVMAP_TORCH2=1 "$KVMAP_SOURCE_DIR/scripts/install-deps.sh")"
+# The modern configuration's Kokkos (4.6.01) and torch wheel.
+deps="$(KVMAP_TORCH2=1 KVMAP_KOKKOS4=1 "$KVMAP_SOURCE_DIR/scripts/install-deps.sh")"
 py="$(sed -n 's/^torch2-python=//p' <<<"$deps")"
-export Kokkos_ROOT="$(tail -n1 <<<"$deps")"
+export Kokkos_ROOT="$(sed -n 's/^kokkos4=//p' <<<"$deps")"
 export OMP_PROC_BIND="${OMP_PROC_BIND:-false}" OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 unset PYTHONPATH LD_LIBRARY_PATH
