@@ -200,52 +200,67 @@ repo_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=kokkos-sources.sh
 source "$repo_dir/scripts/kokkos-sources.sh"
 
-# build_kokkos4 VARIANT PREFIX [PATCH|-] [CMAKE ARGS...]: Kokkos and Kokkos Kernels 4.6.01
-# into PREFIX (-DCMAKE_* arguments to both builds, the others to Kokkos alone), with PATCH
-# applied to Kokkos first. Kokkos Kernels: the BLAS and batched components kvmap calls, no
-# explicit instantiations (kvmap instantiates what it uses), no TPLs.
-build_kokkos4() {
-  local variant="$1" kprefix="$2" kpatch="$3"
-  shift 3
-  local both=() core=() arg tree="$cache_root/src/kokkos-$kokkos4_version-$variant"
+# build_kokkos_and_kernels KOKKOS_SRC KERNELS_SRC BUILD_DIR PREFIX LABEL [CMAKE ARGS...]:
+# Kokkos from KOKKOS_SRC, then Kokkos Kernels against it, into PREFIX (shared libraries with an
+# RPATH), built in BUILD_DIR/kokkos and BUILD_DIR/kernels. -DCMAKE_* arguments (compiler, C++
+# standard) go to both builds, -DKokkosKernels_* ones to Kokkos Kernels, the others (backends,
+# architecture) to Kokkos. Kokkos Kernels without explicit instantiations (kvmap's few calls
+# instantiate from headers in its own translation units, which turns a many-minute build into
+# seconds), tests or TPLs (BLAS; cuBLAS and cuSPARSE, whose legacy API that Kokkos Kernels 3.4
+# calls CUDA 12 removed).
+build_kokkos_and_kernels() {
+  local ksrc="$1" kksrc="$2" bdir="$3" kprefix="$4" label="$5"
+  shift 5
+  local both=() core=() kernels=() arg
   for arg in "$@"; do
     case "$arg" in
       -DCMAKE_*) both+=("$arg") ;;
+      -DKokkosKernels_*) kernels+=("$arg") ;;
       *) core+=("$arg") ;;
     esac
   done
-  local archive
+  local common=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX="$kprefix"
+    -DBUILD_SHARED_LIBS=ON -DCMAKE_INSTALL_RPATH="$kprefix/lib"
+    -DCMAKE_INSTALL_RPATH_USE_LINK_PATH=ON "${both[@]}")
+  if command -v ccache >/dev/null 2>&1; then common+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
+  log "building Kokkos $label (${core[*]}) into $kprefix"
+  cmake -S "$ksrc" -B "$bdir/kokkos" "${common[@]}" \
+    -DKokkos_ENABLE_SERIAL=ON -DKokkos_ENABLE_TESTS=OFF "${core[@]}" >&2
+  cmake --build "$bdir/kokkos" -j "$jobs" >&2
+  cmake --install "$bdir/kokkos" >&2
+  log "building Kokkos Kernels $label into $kprefix"
+  cmake -S "$kksrc" -B "$bdir/kernels" "${common[@]}" \
+    -DKokkos_ROOT="$kprefix" -DKokkosKernels_ENABLE_TESTS=OFF -DKokkosKernels_ENABLE_EXAMPLES=OFF \
+    -DKokkosKernels_INST_DOUBLE=OFF -DKokkosKernels_INST_FLOAT=OFF \
+    -DKokkosKernels_INST_COMPLEX_DOUBLE=OFF -DKokkosKernels_INST_COMPLEX_FLOAT=OFF \
+    -DKokkosKernels_INST_ORDINAL_INT=OFF -DKokkosKernels_INST_ORDINAL_INT64_T=OFF \
+    -DKokkosKernels_INST_OFFSET_INT=OFF -DKokkosKernels_INST_OFFSET_SIZE_T=OFF \
+    -DKokkosKernels_INST_LAYOUTLEFT=OFF -DKokkosKernels_INST_LAYOUTRIGHT=OFF \
+    -DKokkosKernels_ENABLE_TPL_BLAS=OFF -DKokkosKernels_ENABLE_TPL_CUBLAS=OFF \
+    -DKokkosKernels_ENABLE_TPL_CUSPARSE=OFF "${kernels[@]}" >&2
+  cmake --build "$bdir/kernels" -j "$jobs" >&2
+  cmake --install "$bdir/kernels" >&2
+}
+
+# build_kokkos4 VARIANT PREFIX [PATCH|-] [CMAKE ARGS...]: Kokkos and Kokkos Kernels 4.6.01
+# into PREFIX from the release archives, with PATCH applied to Kokkos first; of Kokkos Kernels
+# the BLAS and batched components kvmap calls.
+build_kokkos4() {
+  local variant="$1" kprefix="$2" kpatch="$3" archive
+  shift 3
+  local tree="$cache_root/src/kokkos-$kokkos4_version-$variant"
   rm -rf "$tree" "$kprefix" && mkdir -p "$tree"
   for archive in $(kokkos4_archives); do tar -xzf "$archive" -C "$tree"; done
   if [ "$kpatch" != - ]; then
     log "patching Kokkos $kokkos4_version: $kpatch"
     patch -d "$tree/kokkos-$kokkos4_version" -p1 --quiet <"$kpatch" >&2
   fi
-  local common=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX="$kprefix"
-    -DBUILD_SHARED_LIBS=ON -DCMAKE_INSTALL_RPATH="$kprefix/lib"
-    -DCMAKE_INSTALL_RPATH_USE_LINK_PATH=ON "${both[@]}")
-  if command -v ccache >/dev/null 2>&1; then common+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
-  log "building Kokkos $kokkos4_version ($variant: ${core[*]}) into $kprefix"
-  cmake -S "$tree/kokkos-$kokkos4_version" -B "$tree/build-kokkos" "${common[@]}" \
-    -DKokkos_ENABLE_SERIAL=ON -DKokkos_ENABLE_TESTS=OFF "${core[@]}" >&2
-  cmake --build "$tree/build-kokkos" -j "$jobs" >&2
-  cmake --install "$tree/build-kokkos" >&2
-  log "building Kokkos Kernels $kokkos4_version ($variant) into $kprefix"
-  cmake -S "$tree/kokkos-kernels-$kokkos4_version" -B "$tree/build-kernels" "${common[@]}" \
-    -DKokkos_ROOT="$kprefix" -DKokkosKernels_ENABLE_TESTS=OFF -DKokkosKernels_ENABLE_EXAMPLES=OFF \
+  build_kokkos_and_kernels "$tree/kokkos-$kokkos4_version" "$tree/kokkos-kernels-$kokkos4_version" \
+    "$tree" "$kprefix" "$kokkos4_version ($variant)" "$@" \
     -DKokkosKernels_ENABLE_ALL_COMPONENTS=OFF -DKokkosKernels_ENABLE_COMPONENT_BLAS=ON \
-    -DKokkosKernels_ENABLE_COMPONENT_BATCHED=ON \
-    -DKokkosKernels_INST_DOUBLE=OFF -DKokkosKernels_INST_FLOAT=OFF \
-    -DKokkosKernels_INST_COMPLEX_DOUBLE=OFF -DKokkosKernels_INST_COMPLEX_FLOAT=OFF \
-    -DKokkosKernels_INST_ORDINAL_INT=OFF -DKokkosKernels_INST_ORDINAL_INT64_T=OFF \
-    -DKokkosKernels_INST_OFFSET_INT=OFF -DKokkosKernels_INST_OFFSET_SIZE_T=OFF \
-    -DKokkosKernels_INST_LAYOUTLEFT=OFF -DKokkosKernels_INST_LAYOUTRIGHT=OFF \
-    -DKokkosKernels_ENABLE_TPL_BLAS=OFF -DKokkosKernels_ENABLE_TPL_LAPACK=OFF \
-    -DKokkosKernels_ENABLE_TPL_CUBLAS=OFF -DKokkosKernels_ENABLE_TPL_CUSPARSE=OFF \
+    -DKokkosKernels_ENABLE_COMPONENT_BATCHED=ON -DKokkosKernels_ENABLE_TPL_LAPACK=OFF \
     -DKokkosKernels_ENABLE_TPL_CUSOLVER=OFF -DKokkosKernels_ENABLE_TPL_ROCBLAS=OFF \
-    -DKokkosKernels_ENABLE_TPL_ROCSPARSE=OFF -DKokkosKernels_ENABLE_TPL_ROCSOLVER=OFF >&2
-  cmake --build "$tree/build-kernels" -j "$jobs" >&2
-  cmake --install "$tree/build-kernels" >&2
+    -DKokkosKernels_ENABLE_TPL_ROCSPARSE=OFF -DKokkosKernels_ENABLE_TPL_ROCSOLVER=OFF
   rm -rf "$tree"
 }
 
@@ -341,49 +356,6 @@ extract_tree() {
     '*/packages/kokkos/*' '*/packages/kokkos-kernels/*'
 }
 
-# build_kokkos TREE PREFIX [CMAKE ARGS...]: Kokkos from TREE, then Kokkos Kernels against it,
-# into PREFIX, in the build directories build-kokkos<S> and build-kokkos-kernels<S> beside
-# TREE (<S>: what follows "trilinos" in TREE's name). -DCMAKE_* arguments (compiler, C++
-# standard) go to both builds, the others (backends, architecture) to Kokkos alone.
-build_kokkos() {
-  local tree="$1" kprefix="$2"
-  shift 2
-  local suffix="${tree##*/trilinos}" both=() core=() arg
-  for arg in "$@"; do
-    case "$arg" in
-      -DCMAKE_*) both+=("$arg") ;;
-      *) core+=("$arg") ;;
-    esac
-  done
-  local common=(-G Ninja -DCMAKE_BUILD_TYPE=Release
-    -DCMAKE_INSTALL_PREFIX="$kprefix" -DBUILD_SHARED_LIBS=ON
-    -DCMAKE_INSTALL_RPATH="$kprefix/lib" -DCMAKE_INSTALL_RPATH_USE_LINK_PATH=ON "${both[@]}")
-  if command -v ccache >/dev/null 2>&1; then common+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
-
-  log "building Kokkos 3.4.01 (${core[*]}) into $kprefix"
-  cmake -S "$tree/packages/kokkos" -B "$work/build-kokkos$suffix" "${common[@]}" \
-    -DKokkos_ENABLE_SERIAL=ON -DKokkos_ENABLE_TESTS=OFF "${core[@]}" >&2
-  cmake --build "$work/build-kokkos$suffix" -j "$jobs" >&2
-  cmake --install "$work/build-kokkos$suffix" >&2
-
-  # No explicit instantiations: kvmap's few Kokkos Kernels calls instantiate from headers in
-  # kvmap's own translation units, which turns a many-minute build into seconds. No TPLs
-  # either (BLAS; cuBLAS and cuSPARSE, whose legacy API that Kokkos Kernels 3.4 calls CUDA 12
-  # removed).
-  log "building Kokkos Kernels 3.4.01 into $kprefix"
-  cmake -S "$tree/packages/kokkos-kernels" -B "$work/build-kokkos-kernels$suffix" "${common[@]}" \
-    -DKokkos_ROOT="$kprefix" -DKokkosKernels_ENABLE_TESTS=OFF -DKokkosKernels_ENABLE_EXAMPLES=OFF \
-    -DKokkosKernels_INST_DOUBLE=OFF -DKokkosKernels_INST_FLOAT=OFF \
-    -DKokkosKernels_INST_COMPLEX_DOUBLE=OFF -DKokkosKernels_INST_COMPLEX_FLOAT=OFF \
-    -DKokkosKernels_INST_ORDINAL_INT=OFF -DKokkosKernels_INST_ORDINAL_INT64_T=OFF \
-    -DKokkosKernels_INST_OFFSET_INT=OFF -DKokkosKernels_INST_OFFSET_SIZE_T=OFF \
-    -DKokkosKernels_INST_LAYOUTLEFT=OFF -DKokkosKernels_INST_LAYOUTRIGHT=OFF \
-    -DKokkosKernels_ENABLE_TPL_BLAS=OFF -DKokkosKernels_ENABLE_TPL_CUBLAS=OFF \
-    -DKokkosKernels_ENABLE_TPL_CUSPARSE=OFF >&2
-  cmake --build "$work/build-kokkos-kernels$suffix" -j "$jobs" >&2
-  cmake --install "$work/build-kokkos-kernels$suffix" >&2
-}
-
 if [ -f "$prefix/.kvmap-complete" ]; then
   log "Kokkos 3.4.01 (OpenMP+Serial) and Kokkos Kernels: present in $prefix"
 else
@@ -391,7 +363,8 @@ else
   if [ ! -f "$tree/packages/kokkos/CMakeLists.txt" ] || [ ! -f "$tree/packages/kokkos-kernels/CMakeLists.txt" ]; then
     extract_tree "$tree"
   fi
-  build_kokkos "$tree" "$prefix" -DCMAKE_CXX_STANDARD=17 -DKokkos_ENABLE_OPENMP=ON
+  build_kokkos_and_kernels "$tree/packages/kokkos" "$tree/packages/kokkos-kernels" "$work/build" \
+    "$prefix" 3.4.01 -DCMAKE_CXX_STANDARD=17 -DKokkos_ENABLE_OPENMP=ON
   touch "$prefix/.kvmap-complete"
   log "done: $prefix"
 fi
