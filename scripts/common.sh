@@ -5,15 +5,13 @@ KVMAP_SOURCE_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 kvmap_prepare() {
   local preset="$1"
-  if [ "$preset" = debian-kokkos ]; then
-    export KVMAP_DEBIAN_KOKKOS=1
-  fi
   if [ "$preset" = torch2 ]; then
     # The modern configuration: Kokkos 4.6.01 and the torch wheel.
     export KVMAP_TORCH2=1 KVMAP_KOKKOS4=1
   fi
   if [ "$preset" = mpich ]; then
-    export KVMAP_MPICH=1
+    # MPICH, on Debian's binary Kokkos: one build for both.
+    export KVMAP_MPICH=1 KVMAP_DEBIAN_KOKKOS=1
   fi
   if [ "$preset" = cuda-compile ]; then
     # Kokkos with the CUDA backend (and the torch2 venv's CUDA torch wheel).
