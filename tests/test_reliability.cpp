@@ -24,12 +24,6 @@ using kvmap::Shape;
 
 namespace {
 
-std::vector<int> all_ranks() {
-  std::vector<int> r;
-  for (int i = 0; i < nranks(); ++i) r.push_back(i);
-  return r;
-}
-
 // Virtual memory size of this process in bytes (Linux).
 std::uint64_t vm_size_bytes() {
   std::ifstream status("/proc/self/status");

@@ -32,6 +32,13 @@ inline int nranks() {
   return world().size();
 }
 
+// Every rank of the world, in order (what a failure on every rank names).
+inline std::vector<int> all_ranks() {
+  std::vector<int> r;
+  for (int i = 0; i < nranks(); ++i) r.push_back(i);
+  return r;
+}
+
 // Runs a collective `call` that must fail: ranks in `bad` expect exception E whose message
 // contains `text`, every other rank a RemoteError naming exactly `bad` with that text too.
 template <class E>

@@ -50,11 +50,4 @@ inline kvmap::Closeness close(const at::Tensor& got, const at::Tensor& ref, std:
   return kvmap::check_close(got, ref, kvmap::ErrorBound{roundings, magnitudes});
 }
 
-// Every rank of the world, in order (what a failure on every rank names).
-inline std::vector<int> all_ranks() {
-  std::vector<int> r;
-  for (int i = 0; i < nranks(); ++i) r.push_back(i);
-  return r;
-}
-
 }  // namespace kvmap_test
