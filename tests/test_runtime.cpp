@@ -146,7 +146,7 @@ TEST_CASE("device map: node-local rank and size agree with the processor names")
     ++expected_size;
     if (r < world_rank()) ++expected_rank;
   }
-  const kvmap::Impl::NodeRank node = kvmap::Impl::node_local_rank(MPI_COMM_WORLD);
+  const kvmap::Impl::NodeRank node = kvmap::Impl::node_local_rank(kvmap::Comm::world());
   CHECK(node.rank == expected_rank);
   CHECK(node.size == expected_size);
 }

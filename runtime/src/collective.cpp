@@ -1,11 +1,13 @@
 #include "detail/collective.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 
 #include "kvmap/error.hpp"
 
 #include "detail/hash.hpp"
+#include "detail/mpi_process.hpp"
 
 namespace kvmap::Impl {
 
@@ -131,15 +133,6 @@ std::string Signature::str() const {
   return os.str();
 }
 
-namespace {
-std::string different_arguments(const char* site, int rank, const std::string& theirs,
-                                const std::string& rank0s) {
-  return std::string("kvmap: ") + site +
-         " is collective and needs the same arguments on every rank, but rank " +
-         std::to_string(rank) + " called " + theirs + " while rank 0 called " + rank0s;
-}
-}  // namespace
-
 void raise_gathered(const Comm& comm, const char* site, const std::exception_ptr& error,
                     const Signature& signature, const std::vector<std::uint32_t>& failed,
                     const std::vector<std::uint64_t>& fingerprints) {
@@ -149,29 +142,42 @@ void raise_gathered(const Comm& comm, const char* site, const std::exception_ptr
   }
   if (!failing.empty()) {
     // The first failing rank's message to everyone; the failing ranks rethrow their own.
-    const std::string first = comm.bcast_string(message_of(error), failing.front());
+    const std::string first =
+        Impl::transport(comm).bcast_string(message_of(error), failing.front());
     if (error) std::rethrow_exception(error);
     throw RemoteError(failing, first);
   }
-  std::vector<int> differing;
-  for (int r = 1; r < comm.size(); ++r) {
-    if (fingerprints[r] != fingerprints[0]) differing.push_back(r);
-  }
+  const std::vector<int> differing = ranks_differing(fingerprints, 0);
   if (differing.empty()) {
     throw Error(std::string("kvmap: internal error: ") + site +
                 "'s agreement failed but no rank differs");
   }
   // Only now are the calls written out: rank 0's and the first differing rank's.
-  const std::string mine = signature.str();
-  const std::string rank0s = comm.bcast_string(mine, 0);
-  const std::string firsts = comm.bcast_string(mine, differing.front());
-  std::vector<std::string> messages(differing.size());
-  for (std::size_t i = 0; i < differing.size(); ++i) {
-    const int r = differing[i];
-    if (r == comm.rank()) messages[i] = different_arguments(site, r, mine, rank0s);
-    if (i == 0) messages[i] = different_arguments(site, r, firsts, rank0s);
+  raise_differing(comm, 0, differing, signature.str(),
+                  [&](int r, const std::string& theirs, const std::string& rank0s) {
+                    return std::string("kvmap: ") + site +
+                           " is collective and needs the same arguments on every rank, but "
+                           "rank " +
+                           std::to_string(r) + " called " + theirs + " while rank 0 called " +
+                           rank0s;
+                  });
+}
+
+TwoDescriptions describe_two(const Comm& comm, int reference, int other, const std::string& mine) {
+  TwoDescriptions two;
+  two.reference = Impl::transport(comm).bcast_string(mine, reference);
+  two.other = Impl::transport(comm).bcast_string(mine, other);
+  return two;
+}
+
+void raise_differing(
+    const Comm& comm, int reference, const std::vector<int>& differing, const std::string& mine,
+    const std::function<std::string(int, const std::string&, const std::string&)>& message) {
+  const TwoDescriptions two = describe_two(comm, reference, differing.front(), mine);
+  if (std::find(differing.begin(), differing.end(), comm.rank()) != differing.end()) {
+    throw ValueError(message(comm.rank(), mine, two.reference));
   }
-  raise_detected<ValueError>(comm, differing, messages);
+  throw RemoteError(differing, message(differing.front(), two.other, two.reference));
 }
 
 void raise_disagreement(const Comm& comm, const char* site, const std::exception_ptr& error,
@@ -182,7 +188,7 @@ void raise_disagreement(const Comm& comm, const char* site, const std::exception
     std::uint64_t fingerprint;
   };
   const std::vector<Record> all =
-      comm.allgather(Record{error ? 1u : 0u, 0u, signature.fingerprint()});
+      Impl::transport(comm).allgather(Record{error ? 1u : 0u, 0u, signature.fingerprint()});
   std::vector<std::uint32_t> failed;
   std::vector<std::uint64_t> fingerprints;
   for (const Record& r : all) {
@@ -192,11 +198,21 @@ void raise_disagreement(const Comm& comm, const char* site, const std::exception
   raise_gathered(comm, site, error, signature, failed, fingerprints);
 }
 
+std::string message_of(const std::exception_ptr& error) {
+  if (!error) return {};
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "unknown exception (not derived from std::exception)";
+  }
+}
+
 void abort_after_agreement(const Comm& comm, const char* site, const std::exception_ptr& error) {
-  comm.abort(
-      std::string("kvmap: ") + site + " failed on rank " + std::to_string(comm.rank()) +
-      " after every rank had agreed to run it: " + message_of(error) +
-      "\nkvmap: aborting the job, since the other ranks cannot leave the call's collectives");
+  abort_job(std::string("kvmap: ") + site + " failed on rank " + std::to_string(comm.rank()) +
+            " after every rank had agreed to run it: " + message_of(error) +
+            "\nkvmap: aborting the job, since the other ranks cannot leave the call's collectives");
 }
 
 }  // namespace kvmap::Impl

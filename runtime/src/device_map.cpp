@@ -91,16 +91,8 @@ bool user_chose_device(int argc, const char* const* argv, const char* (*getenv)(
   return false;
 }
 
-NodeRank node_local_rank(MPI_Comm comm) {
-  MPI_Comm node = MPI_COMM_NULL;
-  if (MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) != MPI_SUCCESS) {
-    throw Error("kvmap: MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) failed");
-  }
-  NodeRank r;
-  MPI_Comm_rank(node, &r.rank);
-  MPI_Comm_size(node, &r.size);
-  MPI_Comm_free(&node);
-  return r;
+NodeRank node_local_rank(const Comm& comm) {
+  return transport(comm).node_rank();
 }
 
 int visible_devices() {
@@ -121,7 +113,7 @@ void initialize_kokkos(int& argc, char**& argv) {
   if (kHasGpuBackend) {
     // Every rank takes part, whatever it then decides (a site's wrapper may set
     // KOKKOS_DEVICE_ID on some ranks only).
-    choice.node = node_local_rank(MPI_COMM_WORLD);
+    choice.node = node_local_rank(Comm::world());
     choice.devices = visible_devices();
     if (user_chose_device(argc, argv, system_getenv)) {
       choice.how = "chosen by the user (Kokkos flag or environment)";

@@ -157,20 +157,15 @@ std::string mismatch(int r, const LocalMeta& m, const LocalMeta& ref) {
 // Every rank sees the same gathered fingerprints and reaches the same verdict; only then do
 // rank 0's and the first differing rank's pieces travel, for the messages.
 void check_local_metas(const Comm& comm, const LocalMeta& mine, const std::vector<LocalRows>& all) {
-  std::vector<int> bad;
-  for (int r = 1; r < comm.size(); ++r) {
-    if (all[r].meta != all[0].meta) bad.push_back(r);
-  }
+  std::vector<std::uint64_t> fingerprints;
+  for (const LocalRows& rows : all) fingerprints.push_back(rows.meta);
+  const std::vector<int> bad = Impl::ranks_differing(fingerprints, 0);
   if (!bad.empty()) {
-    LocalMeta ref = mine, first = mine;
-    comm.bcast_bytes(&ref, sizeof ref, 0);
-    comm.bcast_bytes(&first, sizeof first, bad.front());
-    std::vector<std::string> messages(bad.size());
-    for (std::size_t i = 0; i < bad.size(); ++i) {
-      if (bad[i] == comm.rank()) messages[i] = mismatch(bad[i], mine, ref);
-    }
-    messages.front() = mismatch(bad.front(), first, ref);
-    Impl::raise_detected<ValueError>(comm, bad, messages);
+    Impl::raise_differing(comm, 0, bad, Impl::bytes_of(mine),
+                          [](int r, const std::string& theirs, const std::string& rank0s) {
+                            return mismatch(r, Impl::from_bytes<LocalMeta>(theirs),
+                                            Impl::from_bytes<LocalMeta>(rank0s));
+                          });
   }
   if (mine.split_given) {
     std::int64_t total = 0;

@@ -18,7 +18,7 @@ namespace {
 // Packs a side into scratch unless every piece can travel in place; in place pieces use a
 // contiguous run or a datatype placed relative to the block's base.
 void plan_side(Side& side, bool send, const std::vector<std::int64_t>& strides, const Box& whole,
-               std::size_t itemsize, bool datatypes_allowed, bool staged, Comm::Exchange& x) {
+               std::size_t itemsize, bool datatypes_allowed, bool staged, Impl::Messages& x) {
   std::size_t off = 0;
   for (Piece& p : side.pieces) {
     p.packed_offset = off;
@@ -29,7 +29,7 @@ void plan_side(Side& side, bool send, const std::vector<std::int64_t>& strides, 
   for (std::size_t d = 0; d < strides.size(); ++d)
     byte_strides[d] = strides[d] * static_cast<std::int64_t>(itemsize);
   side.packed = staged;
-  std::vector<Comm::Datatype> types(side.pieces.size());
+  std::vector<Impl::MpiDatatype> types(side.pieces.size());
   for (std::size_t i = 0; i < side.pieces.size() && !side.packed; ++i) {
     const Piece& p = side.pieces[i];
     if (contiguous_in(strides, p.box)) continue;
@@ -38,7 +38,7 @@ void plan_side(Side& side, bool send, const std::vector<std::int64_t>& strides, 
       break;
     }
     try {
-      types[i] = Comm::box_type(p.box.extents(), byte_strides, itemsize,
+      types[i] = Impl::box_type(p.box.extents(), byte_strides, itemsize,
                                 offset_bytes(strides, whole, p.box, itemsize));
     } catch (const ValueError&) {
       side.packed = true;  // beyond MPI's count limit: packed and cut into pieces instead
@@ -117,11 +117,11 @@ void plan_all_to_all(ExchangePlan& x, const PlanKey& key,
     return b;
   };
   const auto src_bytes = bytes_of(key.source_strides), dst_bytes = bytes_of(dst_strides);
-  Comm::PeerTypes send(P), recv(P);
-  auto add = [&](Comm::PeerTypes& side, int peer, const Box& box, const Box& whole,
+  Impl::PeerTypes send(P), recv(P);
+  auto add = [&](Impl::PeerTypes& side, int peer, const Box& box, const Box& whole,
                  const std::vector<std::int64_t>& strides,
                  const std::vector<std::int64_t>& byte_strides) {
-    side.set(peer, Comm::box_type(box.extents(), byte_strides, itemsize,
+    side.set(peer, Impl::box_type(box.extents(), byte_strides, itemsize,
                                   offset_bytes(strides, whole, box, itemsize)));
   };
   for (const Piece& q : x.send.pieces)
@@ -180,8 +180,8 @@ void plan_allgather(ExchangePlan& x, const PlanKey& key, int P) {
       in_place_send ? offset_bytes(key.source_strides, x.my_src, x.my_src, itemsize) : 0;
   for (int r = 0; r < P; ++r) {
     const auto bytes = static_cast<std::size_t>(x.blocks[r].volume()) * itemsize;
-    if (bytes > 0) x.exchange.recv(r, displs[r], bytes);
-    if (mine > 0) x.exchange.send(r, send_at, mine);
+    if (bytes > 0) x.messages.recv(r, displs[r], bytes);
+    if (mine > 0) x.messages.send(r, send_at, mine);
   }
 }
 
@@ -208,9 +208,9 @@ void plan_point_to_point(ExchangePlan& x, const PlanKey& key, int me, int P,
     return;
   }
   plan_side(x.recv, false, dst_strides, x.my_dst, key.itemsize, datatypes_allowed, key.staged,
-            x.exchange);
+            x.messages);
   plan_side(x.send, true, key.source_strides, x.my_src, key.itemsize, datatypes_allowed, key.staged,
-            x.exchange);
+            x.messages);
 }
 
 ExchangePlan build_plan(const PlanKey& key, int me, int P, bool host_accessible) {

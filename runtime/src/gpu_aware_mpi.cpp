@@ -4,11 +4,14 @@
 
 #include <Kokkos_Macros.hpp>
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <optional>
 
+#include "kvmap/comm.hpp"
+#include "detail/mpi_transport.hpp"
 #include "kvmap/config.hpp"
 #include "kvmap/error.hpp"
 #include "detail/testing.hpp"
@@ -124,10 +127,10 @@ void decide_gpu_aware_mpi_on_every_rank() {
   } catch (const Error& e) {
     error = e.what();
   }
-  const int failed = error.empty() ? 0 : 1;
-  int any_failed = 0;
-  MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  if (any_failed == 0) return;
+  const std::int32_t failed = error.empty() ? 0 : 1;
+  // Through kvmap's duplicate of the world, like every MPI call of kvmap: counted by stats().
+  const Comm world = Comm::world();
+  if ((world.size() > 1 ? Impl::transport(world).allreduce_max(failed) : failed) == 0) return;
   throw Error(failed ? error
                      : "kvmap: KVMAP_GPU_AWARE_MPI is neither 0 nor 1 on another rank (its "
                        "message names the value)");

@@ -5,6 +5,7 @@
 
 #include "kvmap/error.hpp"
 
+#include "detail/comm.hpp"
 #include "detail/collective.hpp"
 #include "detail/dist_view_access.hpp"
 #include "detail/hash.hpp"
@@ -115,7 +116,7 @@ StreamState next_stream(const Comm& comm) {
     seed = g_seed;
     epoch = g_seed_epoch;
   }
-  return StreamState{seed, comm.next_sequence(epoch)};
+  return StreamState{seed, Impl::next_sequence(comm, epoch)};
 }
 }  // namespace Impl
 

@@ -1,7 +1,7 @@
 // DistView's collective redistributions (redistribute, resplit, balance, gather,
 // allgather, from_global, scatter): each checks its arguments, plans an exchange
 // (detail/exchange_plan.hpp) and allocates before the agreement, and runs it
-// (detail/transport.hpp) after.
+// (detail/run_exchange.hpp) after.
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -16,15 +16,15 @@
 #include "detail/local_block.hpp"
 #include "detail/stats.hpp"
 #include "detail/tensor_bridge.hpp"
-#include "detail/transport.hpp"
+#include "detail/run_exchange.hpp"
 #include "detail/allocation.hpp"
 
 namespace kvmap {
 
 namespace {
 
-using Impl::Exchange;
 using Impl::plan_exchange;
+using Impl::PlannedExchange;
 using Impl::run_exchange;
 
 // The arguments of a redistribution that every rank must pass alike: the array's layout and
@@ -53,7 +53,7 @@ DistView<M> DistView<M>::redistribute(const Layout& target) const {
                         << ", the array " << to_string(gshape()));
         return plan_exchange(*this, target);  // its own memory, also when the layout is unchanged
       },
-      [](Exchange<M>& x, const Impl::NoPayload&) { return run_exchange(x); });
+      [](PlannedExchange<M>& x, const Impl::NoPayload&) { return run_exchange(x); });
 }
 
 namespace {
@@ -66,7 +66,7 @@ DistView<M> to_balanced(const DistView<M>& v, std::optional<int> split, const ch
         sig.arg("split", split);
         return plan_exchange(v, Layout::balanced(v.gshape(), split, v.comm().size()));
       },
-      [](Exchange<M>& x, const Impl::NoPayload&) { return run_exchange(x); });
+      [](PlannedExchange<M>& x, const Impl::NoPayload&) { return run_exchange(x); });
 }
 }  // namespace
 
@@ -85,7 +85,7 @@ namespace {
 // (a copy, like every other gather, never an alias of the storage); a split one exchanged.
 template <class M>
 struct GatherPlan {
-  std::optional<Exchange<M>> exchange;
+  std::optional<PlannedExchange<M>> exchange;
   at::Tensor copy;
 };
 
@@ -151,8 +151,8 @@ at::Tensor DistView<M>::allgather() const {
 template <class M>
 DistView<M> DistView<M>::from_global(const at::Tensor& full, std::optional<int> split, Comm comm) {
   struct Plan {
-    std::optional<DistView<M>> whole;  // replicated: the tensor adopted as it is
-    std::optional<Exchange<M>> slice;  // split: a copy of this rank's slice
+    std::optional<DistView<M>> whole;         // replicated: the tensor adopted as it is
+    std::optional<PlannedExchange<M>> slice;  // split: a copy of this rank's slice
   };
   return Impl::collective(
       "DistView::from_global", comm,
@@ -177,19 +177,9 @@ DistView<M> DistView<M>::from_global(const at::Tensor& full, std::optional<int> 
 }
 
 namespace {
-// What root tells every rank about the tensor it scatters: root's values, zeros elsewhere,
-// reduced by maximum (so every rank receives root's, whatever the number of ranks).
-struct ScatterMeta {
-  std::int32_t ndim;
-  std::int32_t dtype;
-  std::int64_t extents[Impl::kMaxRank];
-  static void combine(const ScatterMeta& in, ScatterMeta& inout) {
-    inout.ndim = std::max(inout.ndim, in.ndim);
-    inout.dtype = std::max(inout.dtype, in.dtype);
-    for (int d = 0; d < Impl::kMaxRank; ++d)
-      inout.extents[d] = std::max(inout.extents[d], in.extents[d]);
-  }
-};
+// What root tells every rank about the tensor it scatters, reduced by maximum (zeros from the
+// other ranks): the number of dimensions, the dtype, the extents.
+using ScatterMeta = Impl::HeldWords<2 + Impl::kMaxRank>;
 }  // namespace
 
 template <class M>
@@ -210,16 +200,19 @@ DistView<M> DistView<M>::scatter(const at::Tensor& full_on_root, std::optional<i
           block = Impl::block_from_tensor(full_on_root);
           Impl::check_same_device(full_on_root, Impl::device_of<M>(),
                                   "kvmap::DistView::scatter: the tensor");
-          meta.ndim = static_cast<std::int32_t>(block.extents.size());
-          meta.dtype = static_cast<std::int32_t>(from_torch(full_on_root.scalar_type()));
-          for (int d = 0; d < meta.ndim; ++d) meta.extents[d] = block.extents[d];
+          meta.words[0] = block.extents.size();
+          meta.words[1] = static_cast<std::uint64_t>(from_torch(full_on_root.scalar_type()));
+          for (std::size_t d = 0; d < block.extents.size(); ++d)
+            meta.words[2 + d] = static_cast<std::uint64_t>(block.extents[d]);
           Layout::balanced(block.extents, split, comm.size());  // validates split for this shape
         }
         return block;
       });
-  const ScatterMeta meta = arguments.agree();
-  const Shape gshape(meta.extents, meta.extents + meta.ndim);
-  const DType dtype = static_cast<DType>(meta.dtype);
+  const ScatterMeta& meta = arguments.agree();
+  const int ndim = static_cast<int>(meta.words[0]);
+  Shape gshape(static_cast<std::size_t>(ndim));
+  for (int d = 0; d < ndim; ++d) gshape[d] = static_cast<std::int64_t>(meta.words[2 + d]);
+  const DType dtype = static_cast<DType>(meta.words[1]);
 
   return Impl::collective(
       "DistView::scatter", comm,
@@ -229,22 +222,22 @@ DistView<M> DistView<M>::scatter(const at::Tensor& full_on_root, std::optional<i
         // Root holds the whole array (a scalar: replicated), everyone else an empty piece.
         Impl::LocalBlock block = me == root ? std::move(*root_block) : Impl::LocalBlock{};
         std::optional<Layout> source;
-        if (meta.ndim == 0) {
+        if (ndim == 0) {
           source = Layout::replicated(gshape, comm.size());
         } else {
-          const int s = Impl::normalize_axis(split.value_or(0), meta.ndim, "split axis");
+          const int s = Impl::normalize_axis(split.value_or(0), ndim, "split axis");
           source = Layout::on_rank(gshape, s, root, comm.size());
         }
         if (me != root) {
           block.extents = source->lshape(me);
           block.strides = Impl::row_major_strides(block.extents);
-          if (meta.ndim == 0) block = Impl::allocate_block<M>(gshape, size_of(dtype));
+          if (ndim == 0) block = Impl::allocate_block<M>(gshape, size_of(dtype));
         }
         return plan_exchange(Impl::DistViewAccess::make<M>(*source, dtype, comm, std::move(block)),
                              target);
       },
-      [&](Exchange<M>& x, const Impl::NoPayload&) {
-        if (meta.ndim == 0) {
+      [&](PlannedExchange<M>& x, const Impl::NoPayload&) {
+        if (ndim == 0) {
           // A scalar: root's one element, broadcast into every rank's copy.
           Impl::bcast_element<M>(comm, x.src_block.data, dtype, root);
         }

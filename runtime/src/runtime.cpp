@@ -1,7 +1,5 @@
 #include "kvmap/runtime.hpp"
 
-#include <mpi.h>
-
 #include <Kokkos_Core.hpp>
 #include <string>
 
@@ -9,6 +7,7 @@
 #include "kvmap/config.hpp"
 #include "kvmap/error.hpp"
 #include "detail/comm.hpp"
+#include "detail/mpi_process.hpp"
 #include "detail/device_map.hpp"
 #include "detail/gpu_aware_mpi.hpp"
 
@@ -54,9 +53,7 @@ const char* build_info() {
   thread_local std::string text;
   text = "kvmap " KVMAP_VERSION_STRING " (Kokkos " KVMAP_KOKKOS_VERSION_STRING
          ", devices " KVMAP_KOKKOS_DEVICES_STRING "; LibTorch " KVMAP_TORCH_VERSION_STRING;
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (Impl::mpi_initialized() && !finalized) {
+  if (Impl::mpi_running()) {
     const Impl::GpuAwareDecision gpu_aware = Impl::gpu_aware_mpi();
     text += "; MPI " + mpi_library() + "; device " + Impl::device_report() + "; GPU-aware MPI " +
             (gpu_aware.direct ? "yes" : "no") + " (" + gpu_aware.reason + ")";

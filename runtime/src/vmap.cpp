@@ -9,6 +9,7 @@
 
 #include <Kokkos_Core.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 #include <sstream>
@@ -23,6 +24,7 @@
 #include "kvmap/tensor_bridge.hpp"
 
 #include "detail/collective.hpp"
+#include "detail/vmap_agreement.hpp"
 #include "detail/dist_view_access.hpp"
 #include "detail/torch_stream.hpp"
 #include "detail/stats.hpp"
@@ -131,91 +133,6 @@ void describe_options(Signature& sig, const VmapOptions& o, const StreamState& s
   sig.arg("seed", stream.seed).arg("stream", stream.stream);
 }
 
-// ---- per-output metadata, fixed by chunk 0 and agreed across ranks ----------------------
-struct OutputMeta {
-  std::int32_t ndim;  // per sample
-  std::int32_t dtype;
-  std::int32_t out_dim;  // normalized
-  std::int32_t pad;
-  std::int64_t shape[kMaxRank];  // per sample
-};
-
-std::string describe(const OutputMeta& m) {
-  std::ostringstream os;
-  os << "per-sample shape " << to_string(Shape(m.shape, m.shape + m.ndim)) << " and dtype "
-     << name(dtype_from_int(m.dtype));
-  return os.str();
-}
-
-std::uint64_t fingerprint(const std::vector<OutputMeta>& metas) {
-  std::uint64_t h = combine64(0x6f757470757473ull, metas.size());
-  for (const OutputMeta& m : metas) {
-    h = combine64(h, static_cast<std::uint64_t>(m.ndim) << 40 |
-                         static_cast<std::uint64_t>(m.dtype) << 20 |
-                         static_cast<std::uint64_t>(m.out_dim));
-    for (int d = 0; d < m.ndim; ++d) h = combine64(h, static_cast<std::uint64_t>(m.shape[d]));
-  }
-  return h;
-}
-
-// What one vmap call agrees on, besides status and signature: 96 bytes, whatever the number
-// of ranks or outputs (the whole agreement packet is 120 bytes).
-//   outputs  fingerprint of every output's metadata, over the ranks that ran f;
-//   state    Same mode: fingerprint of the generator state each rank starts from;
-//   words    the metadata itself for ranks without samples, reduced by maximum (0 from the
-//            ranks that did not run f, so the ranks that did give it): word 0 holds
-//            nout + 1, an overflow bit and up to 3 outputs' (dtype, ndim, out_dim) in 12 bits
-//            each, words 1..7 their per-sample extents. Metadata that does not fit is
-//            broadcast by the first rank with samples, only when some rank holds none.
-struct VmapAgreement {
-  static constexpr int kWords = 8, kInlineOutputs = 3;
-  MinMax64 outputs;
-  MinMax64 state;
-  std::uint64_t words[kWords];
-  static void combine(const VmapAgreement& in, VmapAgreement& inout) {
-    inout.outputs.combine(in.outputs);
-    inout.state.combine(in.state);
-    for (int k = 0; k < kWords; ++k) inout.words[k] = std::max(inout.words[k], in.words[k]);
-  }
-};
-
-void encode(const std::vector<OutputMeta>& metas, VmapAgreement& a) {
-  std::uint64_t word0 = metas.size() + 1;
-  bool fits = metas.size() <= static_cast<std::size_t>(VmapAgreement::kInlineOutputs);
-  int w = 1;
-  for (std::size_t k = 0; k < metas.size() && fits; ++k) {
-    const OutputMeta& m = metas[k];
-    word0 |= static_cast<std::uint64_t>(m.dtype | m.ndim << 4 | m.out_dim << 8) << (20 + 12 * k);
-    for (int d = 0; d < m.ndim; ++d) {
-      if (w == VmapAgreement::kWords) {
-        fits = false;
-        break;
-      }
-      a.words[w++] = static_cast<std::uint64_t>(m.shape[d]);
-    }
-  }
-  if (!fits) word0 |= 1ull << 16;
-  a.words[0] = word0;
-}
-
-// The outputs' metadata from the reduced words; nullopt when it did not fit.
-std::optional<std::vector<OutputMeta>> decode(const VmapAgreement& a) {
-  const std::uint64_t word0 = a.words[0];
-  if (word0 & (1ull << 16)) return std::nullopt;
-  std::vector<OutputMeta> metas(static_cast<std::size_t>((word0 & 0xffff) - 1));
-  int w = 1;
-  for (std::size_t k = 0; k < metas.size(); ++k) {
-    OutputMeta& m = metas[k];
-    std::memset(&m, 0, sizeof m);
-    const std::uint64_t bits = word0 >> (20 + 12 * k);
-    m.dtype = static_cast<std::int32_t>(bits & 0xf);
-    m.ndim = static_cast<std::int32_t>(bits >> 4 & 0xf);
-    m.out_dim = static_cast<std::int32_t>(bits >> 8 & 0xf);
-    for (int d = 0; d < m.ndim; ++d) m.shape[d] = static_cast<std::int64_t>(a.words[w++]);
-  }
-  return metas;
-}
-
 // ---- 3./4. the local run ------------------------------------------------------------------
 struct LocalRun {
   std::vector<OutputMeta> metas;
@@ -223,17 +140,35 @@ struct LocalRun {
   std::int64_t chunks = 0;
 };
 
-struct ChunkRunner {
+const char* name_of(Mapping mapping) {
+  return mapping == Mapping::Samples ? "kvmap::vmap" : "kvmap::map_batches";
+}
+
+// One vmap or map_batches call as the scheduler sees it, fixed before anything runs.
+struct VmapCall {
   const std::vector<ArrayArg>& arrays;
-  const std::vector<at::Tensor>& locals;  // zero-copy views of every array's local shard
-  const VmapOptions& options;
-  const ArgsCall& call;
-  GeneratorScope& generator;
+  const std::vector<MemorySpan>& tensor_spans;  // the tensor arguments' memory (no aliasing)
+  const Comm& comm;
   DeviceSpec device;
-  std::int64_t global_offset;
-  std::uint64_t sample_key;
+  const VmapOptions& options;
   Mapping mapping;
-  const char* who;  // "kvmap::vmap" or "kvmap::map_batches", for messages
+  const ArgsCall& call;  // f on the chunk's inputs
+  Allocate allocate;     // blocks in the DistViews' memory space
+  bool per_sample() const { return mapping == Mapping::Samples; }
+  const char* who() const { return name_of(mapping); }
+};
+
+// Runs f on chunks of this rank's samples. Chunk 0 fixes the outputs' metadata; later chunks
+// are checked against it.
+class ChunkRunner {
+ public:
+  ChunkRunner(const VmapCall& call, const std::vector<at::Tensor>& locals,
+              GeneratorScope& generator, std::int64_t global_offset, std::uint64_t sample_key)
+      : c_(call),
+        locals_(locals),
+        generator_(generator),
+        global_offset_(global_offset),
+        sample_key_(sample_key) {}
 
   // Runs f on samples [start, start + len) and returns each output with its batch moved to
   // its normalized out_dim. Chunk 0 fills `metas` (passed empty); later chunks check
@@ -250,100 +185,128 @@ struct ChunkRunner {
   std::vector<at::Tensor> run_checked(std::int64_t start, std::int64_t len,
                                       std::vector<OutputMeta>* record,
                                       const std::vector<OutputMeta>& metas) const {
-    // Mapped arrays: this chunk's samples; replicated ones: the whole shard.
-    std::vector<at::Tensor> chunk_inputs;
-    chunk_inputs.reserve(arrays.size());
-    for (std::size_t k = 0; k < arrays.size(); ++k) {
-      const std::optional<int> split = arrays[k].layout.split();
-      const bool whole = !split || (start == 0 && len == locals[k].size(*split));
-      chunk_inputs.push_back(whole ? locals[k] : locals[k].narrow(*split, start, len));
-    }
+    std::vector<at::Tensor> inputs = chunk_inputs(start, len);
     // vmap: f sees one sample, through functorch's batching at a new level; map_batches: f
     // sees the chunk's plain tensors.
-    const bool per_sample = mapping == Mapping::Samples;
     std::unique_lock<std::recursive_mutex> lock;
     std::optional<torch_compat::VmapLevel> level;
-    if (per_sample) lock = torch_compat::vmap_region_lock();
-    generator.before_chunk();
-    if (per_sample) level.emplace(len, to_compat(options.randomness()));
-    // In place: the batch at functorch's level, or moved first (a view) for map_batches.
-    std::vector<at::Tensor>& batched = chunk_inputs;
-    for (std::size_t k = 0; k < arrays.size(); ++k) {
-      const std::optional<int> split = arrays[k].layout.split();
-      if (!split) continue;
-      if (per_sample) {
-        batched[k] = level->add_batch_dim(chunk_inputs[k], *split);
-      } else if (*split != 0) {
-        batched[k] = chunk_inputs[k].movedim(*split, 0);
-      }
-    }
-    SampleContext context;
-    context.level = per_sample ? level->level() : SampleContext::kPlain;
-    context.global_offset = global_offset + start;
-    context.batch = len;
-    context.key = sample_key;
-    context.device = device;
-    std::vector<at::Tensor> results;
-    {
-      SampleContextGuard guard(&context);
-      // TorchScript under functorch runs unoptimized on this thread (a thread-local switch of
-      // LibTorch's graph executor): an optimized plan of a scripted MLP (its autodiff
-      // subgraphs) reads tensors' `data`, which batched tensors refuse ("accessing `data`
-      // under vmap transform is not allowed": torch.vmap fails so from the second call on).
-      // A plan optimized by calls outside vmap is still used: see the README.
-      std::optional<torch::jit::GraphOptimizerEnabledGuard> script_unoptimized;
-      if (per_sample) script_unoptimized.emplace(false);
-      results = call(batched);
-    }
+    if (c_.per_sample()) lock = torch_compat::vmap_region_lock();
+    generator_.before_chunk();
+    if (c_.per_sample()) level.emplace(len, to_compat(c_.options.randomness()));
+    batch(inputs, level);
+    std::vector<at::Tensor> results = call_f(inputs, level, start, len);
     const bool first = record != nullptr;
     KVMAP_CHECK(first || results.size() == metas.size(), ValueError,
-                who << ": the function returned " << results.size() << " outputs on samples ["
-                    << start << ", " << start + len << ") but " << metas.size()
-                    << " on the first chunk");
+                c_.who() << ": the function returned " << results.size() << " outputs on samples ["
+                         << start << ", " << start + len << ") but " << metas.size()
+                         << " on the first chunk");
     if (first) record->reserve(results.size());
     for (std::size_t k = 0; k < results.size(); ++k) {
-      at::Tensor& r = results[k];
-      KVMAP_CHECK(r.defined(), ValueError,
-                  who << ": output " << k << " of the function is an undefined tensor");
-      // The per-sample shape: vmap's outputs are logical (per sample); map_batches' lead with
-      // the chunk's samples.
-      KVMAP_CHECK(per_sample || (r.dim() >= 1 && r.size(0) == len), ValueError,
-                  who << ": output " << k << " of the function has shape " << r.sizes()
-                      << " on samples [" << start << ", " << start + len
-                      << "): its first axis must be the chunk length " << len);
-      const std::int64_t skip = per_sample ? 0 : 1;
-      const std::int64_t ndim = r.dim() - skip;
-      KVMAP_CHECK(ndim < kMaxRank, ValueError,
-                  who << ": output " << k << " has " << ndim << " per-sample axes; at most "
-                      << kMaxRank - 1 << " are supported");
-      OutputMeta m;
-      std::memset(&m, 0, sizeof m);
-      m.ndim = static_cast<std::int32_t>(ndim);
-      m.dtype = static_cast<std::int32_t>(from_torch(r.scalar_type()));
-      m.out_dim =
-          static_cast<std::int32_t>(normalize_out_dim(options.out_dims(), k, results.size(), ndim));
-      for (std::int64_t d = 0; d < ndim; ++d) m.shape[d] = r.size(d + skip);
-      const DeviceSpec have = device_spec_of(r);
-      if (have.kind != device.kind ||
-          (device.kind != DeviceKind::CPU && have.index != device.index))
-        check_same_device(r, device, std::string(who) + ": output " + std::to_string(k));
+      const OutputMeta m = output_meta(results[k], k, results.size(), start, len);
       if (first) {
         record->push_back(m);
       } else {
         KVMAP_CHECK(std::memcmp(&m, &metas[k], sizeof m) == 0, ValueError,
-                    who << ": output " << k << " has " << describe(m) << " on samples [" << start
-                        << ", " << start + len << ") but " << describe(metas[k])
-                        << " on the first chunk");
+                    c_.who() << ": output " << k << " has " << describe(m) << " on samples ["
+                             << start << ", " << start + len << ") but " << describe(metas[k])
+                             << " on the first chunk");
       }
-      // Physical from now on: the batch along out_dim. A DistView holds data, not autograd
-      // history: outputs computed with grad mode on (a model whose parameters require grad)
-      // are detached.
-      if (per_sample) r = level->remove_batch_dim(r, m.out_dim);
-      if (r.requires_grad()) r = r.detach();
-      if (!per_sample && m.out_dim != 0) r = r.movedim(0, m.out_dim);
+      to_physical(results[k], m, level);
     }
     return results;
   }
+
+  // Mapped arrays: this chunk's samples; replicated ones: the whole shard.
+  std::vector<at::Tensor> chunk_inputs(std::int64_t start, std::int64_t len) const {
+    std::vector<at::Tensor> inputs;
+    inputs.reserve(c_.arrays.size());
+    for (std::size_t k = 0; k < c_.arrays.size(); ++k) {
+      const std::optional<int> split = c_.arrays[k].layout.split();
+      const bool whole = !split || (start == 0 && len == locals_[k].size(*split));
+      inputs.push_back(whole ? locals_[k] : locals_[k].narrow(*split, start, len));
+    }
+    return inputs;
+  }
+
+  // In place: the batch at functorch's level, or moved first (a view) for map_batches.
+  void batch(std::vector<at::Tensor>& inputs, std::optional<torch_compat::VmapLevel>& level) const {
+    for (std::size_t k = 0; k < c_.arrays.size(); ++k) {
+      const std::optional<int> split = c_.arrays[k].layout.split();
+      if (!split) continue;
+      if (level) {
+        inputs[k] = level->add_batch_dim(inputs[k], *split);
+      } else if (*split != 0) {
+        inputs[k] = inputs[k].movedim(*split, 0);
+      }
+    }
+  }
+
+  std::vector<at::Tensor> call_f(const std::vector<at::Tensor>& batched,
+                                 const std::optional<torch_compat::VmapLevel>& level,
+                                 std::int64_t start, std::int64_t len) const {
+    SampleContext context;
+    context.level = level ? level->level() : SampleContext::kPlain;
+    context.global_offset = global_offset_ + start;
+    context.batch = len;
+    context.key = sample_key_;
+    context.device = c_.device;
+    SampleContextGuard guard(&context);
+    // TorchScript under functorch runs unoptimized on this thread (a thread-local switch of
+    // LibTorch's graph executor): an optimized plan of a scripted MLP (its autodiff
+    // subgraphs) reads tensors' `data`, which batched tensors refuse ("accessing `data`
+    // under vmap transform is not allowed": torch.vmap fails so from the second call on).
+    // A plan optimized by calls outside vmap is still used: see the README.
+    std::optional<torch::jit::GraphOptimizerEnabledGuard> script_unoptimized;
+    if (level) script_unoptimized.emplace(false);
+    return c_.call(batched);
+  }
+
+  // Output k's per-sample metadata, checked: defined, on the call's device, within kvmap's
+  // rank limit, and for map_batches leading with the chunk's samples.
+  OutputMeta output_meta(const at::Tensor& r, std::size_t k, std::size_t nout, std::int64_t start,
+                         std::int64_t len) const {
+    const bool per_sample = c_.per_sample();
+    KVMAP_CHECK(r.defined(), ValueError,
+                c_.who() << ": output " << k << " of the function is an undefined tensor");
+    // The per-sample shape: vmap's outputs are logical (per sample); map_batches' lead with
+    // the chunk's samples.
+    KVMAP_CHECK(per_sample || (r.dim() >= 1 && r.size(0) == len), ValueError,
+                c_.who() << ": output " << k << " of the function has shape " << r.sizes()
+                         << " on samples [" << start << ", " << start + len
+                         << "): its first axis must be the chunk length " << len);
+    const std::int64_t skip = per_sample ? 0 : 1;
+    const std::int64_t ndim = r.dim() - skip;
+    KVMAP_CHECK(ndim < kMaxRank, ValueError,
+                c_.who() << ": output " << k << " has " << ndim << " per-sample axes; at most "
+                         << kMaxRank - 1 << " are supported");
+    OutputMeta m;
+    std::memset(&m, 0, sizeof m);
+    m.ndim = static_cast<std::int32_t>(ndim);
+    m.dtype = static_cast<std::int32_t>(from_torch(r.scalar_type()));
+    m.out_dim = static_cast<std::int32_t>(normalize_out_dim(c_.options.out_dims(), k, nout, ndim));
+    for (std::int64_t d = 0; d < ndim; ++d) m.shape[d] = r.size(d + skip);
+    const DeviceSpec have = device_spec_of(r);
+    if (have.kind != c_.device.kind ||
+        (c_.device.kind != DeviceKind::CPU && have.index != c_.device.index))
+      check_same_device(r, c_.device, std::string(c_.who()) + ": output " + std::to_string(k));
+    return m;
+  }
+
+  // Physical from now on: the batch along out_dim. A DistView holds data, not autograd
+  // history: outputs computed with grad mode on (a model whose parameters require grad) are
+  // detached.
+  static void to_physical(at::Tensor& r, const OutputMeta& m,
+                          std::optional<torch_compat::VmapLevel>& level) {
+    if (level) r = level->remove_batch_dim(r, m.out_dim);
+    if (r.requires_grad()) r = r.detach();
+    if (!level && m.out_dim != 0) r = r.movedim(0, m.out_dim);
+  }
+
+  const VmapCall& c_;
+  const std::vector<at::Tensor>& locals_;  // zero-copy views of every array's local shard
+  GeneratorScope& generator_;
+  std::int64_t global_offset_;
+  std::uint64_t sample_key_;
 };
 
 bool needs_materializing(const at::Tensor& t) {
@@ -357,14 +320,13 @@ bool needs_materializing(const at::Tensor& t) {
 // has to be materialized once, or the output shares memory with an input (f returned it, or
 // a view of it) or with an earlier output ({t, t}): outputs never alias, whatever the
 // chunking.
-void adopt_unaliased(std::vector<at::Tensor>& outputs, const ChunkRunner& runner,
-                     const std::vector<MemorySpan>& tensor_spans) {
+void adopt_unaliased(std::vector<at::Tensor>& outputs, const VmapCall& c) {
   for (std::size_t k = 0; k < outputs.size(); ++k) {
     at::Tensor& t = outputs[k];
     const MemorySpan span = span_of(t);
     bool shared = false;
-    for (const MemorySpan& other : tensor_spans) shared = shared || span.overlaps(other);
-    for (const ArrayArg& a : runner.arrays)
+    for (const MemorySpan& other : c.tensor_spans) shared = shared || span.overlaps(other);
+    for (const ArrayArg& a : c.arrays)
       shared = shared || span.overlaps(span_of(a.block, size_of(a.dtype)));
     for (std::size_t j = 0; j < k; ++j) shared = shared || span.overlaps(span_of(outputs[j]));
     if (shared || needs_materializing(t)) {
@@ -382,13 +344,13 @@ void adopt_unaliased(std::vector<at::Tensor>& outputs, const ChunkRunner& runner
 // runs chunks at once there too), a host space with one thread gives no second chunk in
 // flight, and on a GPU every chunk's torch work goes to the one Kokkos stream the calling
 // thread set (torch_stream.hpp; the device runs each chunk's kernels in parallel).
-int chunks_in_flight(const VmapOptions& options, const ChunkRunner& runner) {
-  if (options.randomness() == Randomness::Same ||
-      (runner.mapping == Mapping::Samples && !torch_compat::concurrent_vmap_supported()) ||
-      runner.device.kind != DeviceKind::CPU) {
+int chunks_in_flight(const VmapCall& c) {
+  if (c.options.randomness() == Randomness::Same ||
+      (c.per_sample() && !torch_compat::concurrent_vmap_supported()) ||
+      c.device.kind != DeviceKind::CPU) {
     return 1;
   }
-  return std::min(options.concurrency(), Kokkos::DefaultHostExecutionSpace().concurrency());
+  return std::min(c.options.concurrency(), Kokkos::DefaultHostExecutionSpace().concurrency());
 }
 
 // Runs body(c) for chunks 1 .. nchunks - 1, `in_flight` at once, until `failed`.
@@ -425,11 +387,10 @@ void for_each_later_chunk(std::int64_t nchunks, int in_flight, const std::atomic
   }
 }
 
-LocalRun run_local(const VmapOptions& options, std::int64_t n_local, const ChunkRunner& runner,
-                   Allocate allocate, const std::vector<MemorySpan>& tensor_spans) {
+LocalRun run_local(const VmapCall& c, std::int64_t n_local, const ChunkRunner& runner) {
   LocalRun out;
   // An empty batch (every rank empty): f runs once, on 0 samples.
-  const std::int64_t cs = std::min(options.chunk_size().value_or(n_local), n_local);
+  const std::int64_t cs = std::min(c.options.chunk_size().value_or(n_local), n_local);
   const std::int64_t nchunks = n_local == 0 ? 1 : (n_local + cs - 1) / cs;
   out.chunks = nchunks;
 
@@ -440,7 +401,7 @@ LocalRun run_local(const VmapOptions& options, std::int64_t n_local, const Chunk
     first = runner.run_first(cs, out.metas);
   }
   if (nchunks == 1) {
-    adopt_unaliased(first, runner, tensor_spans);
+    adopt_unaliased(first, c);
     out.outputs = std::move(first);
     return out;
   }
@@ -450,7 +411,7 @@ LocalRun run_local(const VmapOptions& options, std::int64_t n_local, const Chunk
     Shape shape(m.shape, m.shape + m.ndim);
     shape.insert(shape.begin() + m.out_dim, n_local);
     const DType dt = static_cast<DType>(m.dtype);
-    out.outputs.push_back(tensor_from_block(allocate(shape, size_of(dt)), dt, runner.device));
+    out.outputs.push_back(tensor_from_block(c.allocate(shape, size_of(dt)), dt, c.device));
   }
   auto write = [&](std::int64_t start, const std::vector<at::Tensor>& chunk) {
     for (std::size_t k = 0; k < chunk.size(); ++k) {
@@ -486,69 +447,9 @@ LocalRun run_local(const VmapOptions& options, std::int64_t n_local, const Chunk
       }
     }
   };
-  for_each_later_chunk(nchunks, chunks_in_flight(options, runner), failed, body);
+  for_each_later_chunk(nchunks, chunks_in_flight(c), failed, body);
   if (error) std::rethrow_exception(error);
   return out;
-}
-
-// The outputs of the ranks that ran f differ: every rank learns which ranks and what they
-// returned (the failure path: per-rank fingerprints, then two ranks' metadata), and throws
-// the same ValueError.
-[[noreturn]] void raise_different_outputs(const Comm& comm, bool ran,
-                                          const std::vector<OutputMeta>& mine, const char* who) {
-  struct Record {
-    std::uint64_t ran;
-    std::uint64_t outputs;
-  };
-  const std::vector<Record> all = comm.allgather(Record{ran ? 1u : 0u, fingerprint(mine)});
-  int ref = -1, other = -1;
-  for (int r = 0; r < comm.size(); ++r) {
-    if (!all[r].ran) continue;
-    if (ref < 0) {
-      ref = r;
-    } else if (other < 0 && all[r].outputs != all[ref].outputs) {
-      other = r;
-    }
-  }
-  auto metas_of = [&](int root) {
-    std::uint64_t n = ran ? mine.size() : 0;
-    comm.bcast_bytes(&n, sizeof n, root);
-    std::vector<OutputMeta> metas(static_cast<std::size_t>(n));
-    if (comm.rank() == root) metas = mine;
-    if (n > 0) comm.bcast_bytes(metas.data(), n * sizeof(OutputMeta), root);
-    return metas;
-  };
-  const std::vector<OutputMeta> a = metas_of(ref), b = metas_of(other);
-  std::ostringstream os;
-  os << who << ": the function's outputs differ between ranks: rank " << ref << " returned "
-     << a.size() << " output(s)";
-  for (const auto& m : a) os << " [" << describe(m) << "]";
-  os << ", rank " << other << " returned " << b.size();
-  for (const auto& m : b) os << " [" << describe(m) << "]";
-  throw ValueError(os.str());
-}
-
-// The outputs' metadata on every rank, after an agreement in which every rank succeeded: a
-// rank that ran f has its own (checked equal to every other's by the fingerprints); the
-// others decode it from the agreement, or receive it from the first rank with samples when it
-// did not fit there. With an empty batch every rank ran f.
-std::vector<OutputMeta> agreed_outputs(const Comm& comm, const VmapAgreement& agreed,
-                                       const Layout& lead, bool ran,
-                                       const std::vector<OutputMeta>& mine) {
-  const bool everyone_ran =
-      lead.gshape()[*lead.split()] == 0 || lead.ranks_with_rows() == comm.size();
-  if (ran) {
-    // A rank with samples still joins the broadcast that ranks without need.
-    if (!everyone_ran && !decode(agreed)) {
-      std::vector<OutputMeta> copy = mine;
-      comm.bcast_bytes(copy.data(), copy.size() * sizeof(OutputMeta), lead.owner(0));
-    }
-    return mine;
-  }
-  if (std::optional<std::vector<OutputMeta>> metas = decode(agreed)) return *metas;
-  std::vector<OutputMeta> metas(static_cast<std::size_t>((agreed.words[0] & 0xffff) - 1));
-  comm.bcast_bytes(metas.data(), metas.size() * sizeof(OutputMeta), lead.owner(0));
-  return metas;
 }
 
 struct CoreOutput {
@@ -570,30 +471,26 @@ struct Plan {
   }
 };
 
-const char* name_of(Mapping mapping) {
-  return mapping == Mapping::Samples ? "kvmap::vmap" : "kvmap::map_batches";
-}
-
-Plan plan_call(Signature& sig, const std::vector<ArrayArg>& arrays, DeviceSpec device,
-               const VmapOptions& options, Mapping mapping, const StreamState& stream) {
+Plan plan_call(Signature& sig, const VmapCall& c, const StreamState& stream) {
   ScopedRegion region("kvmap::vmap/validate");
+  const VmapOptions& options = c.options;
   // In map_batches f is an ordinary batched call: torch's random functions draw from torch's
   // generator as anywhere else, and nothing (no functorch) could intercept them.
-  KVMAP_CHECK(mapping == Mapping::Samples || options.randomness() == Randomness::Error, ValueError,
+  KVMAP_CHECK(c.per_sample() || options.randomness() == Randomness::Error, ValueError,
               "kvmap::map_batches: randomness=" << name(options.randomness())
                                                 << " applies to kvmap::vmap only; inside "
                                                    "map_batches use kvmap::sample_uniform/"
                                                    "sample_normal for per-sample random values");
   describe_options(sig, options, stream);
   if (options.randomness() == Randomness::Same) {
-    sig.arg("generator_state_bytes", GeneratorScope::state_bytes(device));
+    sig.arg("generator_state_bytes", GeneratorScope::state_bytes(c.device));
   }
   Plan p;
-  for (std::size_t k = 0; k < arrays.size(); ++k) {
-    sig.arg("array", arrays[k].layout).arg("dtype", arrays[k].dtype);
-    sig.arg("array_comm", arrays[k].comm_id);
+  for (const ArrayArg& a : c.arrays) {
+    sig.arg("array", a.layout).arg("dtype", a.dtype);
+    sig.arg("array_comm", a.comm_id);
   }
-  std::tie(p.lead, p.batch) = validate_arrays(arrays, name_of(mapping));
+  std::tie(p.lead, p.batch) = validate_arrays(c.arrays, c.who());
   return p;
 }
 
@@ -606,29 +503,26 @@ struct LocalOutputs {
 // Runs f on this rank's samples (none on a rank without any): torch on the device and stream
 // of the Kokkos instance throughout. Makes no MPI call. `start` is the generator state Same
 // mode starts every chunk from.
-LocalOutputs run_here(const Plan& plan, const std::vector<ArrayArg>& arrays,
-                      const std::vector<MemorySpan>& tensor_spans, const Comm& comm,
-                      DeviceSpec device, const VmapOptions& options, Mapping mapping,
-                      const StreamState& stream, const ArgsCall& call, Allocate allocate,
+LocalOutputs run_here(const Plan& plan, const VmapCall& c, const StreamState& stream,
                       const at::Tensor& start) {
   LocalOutputs out;
-  const Layout& lead = arrays[plan.lead].layout;
-  const int me = comm.rank();
+  const Layout& lead = c.arrays[plan.lead].layout;
+  const int me = c.comm.rank();
   const std::int64_t n_local = lead.count(me);
-  if (kokkos_fence_needed(device)) Kokkos::fence();  // Kokkos' writes before torch reads them
-  TorchStreamScope torch_on_kokkos(device);
-  GeneratorScope generator(options.randomness(), comm, device, start);
+  if (kokkos_fence_needed(c.device)) Kokkos::fence();  // Kokkos' writes before torch reads them
+  TorchStreamScope torch_on_kokkos(c.device);
+  GeneratorScope generator(c.options.randomness(), c.comm, c.device, start);
   if (plan.runs_f(lead, me)) {
     std::vector<at::Tensor> locals;
-    locals.reserve(arrays.size());
-    for (const ArrayArg& a : arrays) locals.push_back(tensor_from_block(a.block, a.dtype, device));
-    ChunkRunner runner{arrays, locals,          options,      call,    generator,
-                       device, lead.offset(me), stream.key(), mapping, name_of(mapping)};
-    out.run = run_local(options, n_local, runner, allocate, tensor_spans);
+    locals.reserve(c.arrays.size());
+    for (const ArrayArg& a : c.arrays)
+      locals.push_back(tensor_from_block(a.block, a.dtype, c.device));
+    const ChunkRunner runner(c, locals, generator, lead.offset(me), stream.key());
+    out.run = run_local(c, n_local, runner);
     count_chunks(static_cast<std::uint64_t>(out.run.chunks));
     KVMAP_CHECK(out.run.metas.size() < 0xffff, ValueError,
-                name_of(mapping) << ": the function returned " << out.run.metas.size()
-                                 << " outputs; at most 65534 are supported");
+                c.who() << ": the function returned " << out.run.metas.size()
+                        << " outputs; at most 65534 are supported");
     // Everything assembly needs from the outputs, checked before the result agreement.
     out.blocks.reserve(out.run.outputs.size());
     for (const at::Tensor& t : out.run.outputs) out.blocks.push_back(block_from_tensor(t));
@@ -667,26 +561,23 @@ CoreResult assemble(LocalOutputs& here, const std::vector<OutputMeta>& metas, co
 // communicates. Same mode starts every rank from its own generator state: when the states
 // turn out to differ (ranks seeded differently), rank 0's state is broadcast and f runs again
 // from it (its first results are dropped).
-CoreResult run_core(const std::vector<ArrayArg>& arrays,
-                    const std::vector<MemorySpan>& tensor_spans, const Comm& comm,
-                    DeviceSpec device, const VmapOptions& options, Mapping mapping,
-                    const ArgsCall& call, Allocate allocate) {
+CoreResult run_core(const VmapCall& c) {
   ScopedRegion whole("kvmap::vmap");
   count_vmap_call();
+  const Comm& comm = c.comm;
   const int me = comm.rank();
   // Every rank takes the next stream, whatever happens next.
   const StreamState stream = next_stream(comm);
-  const bool same = options.randomness() == Randomness::Same;
-  at::Tensor start = same ? GeneratorScope::current_state(device) : at::Tensor();
+  const bool same = c.options.randomness() == Randomness::Same;
+  at::Tensor start = same ? GeneratorScope::current_state(c.device) : at::Tensor();
   for (int attempt = 0;; ++attempt) {
-    Collective<VmapAgreement> once(mapping == Mapping::Samples ? "vmap" : "map_batches", comm);
+    Collective<VmapAgreement> once(c.per_sample() ? "vmap" : "map_batches", comm);
     LocalOutputs here;
     std::optional<Plan> plan = once.plan([&](Signature& sig, VmapAgreement& payload) {
       if (same) payload.state.set(GeneratorScope::fingerprint(start));
-      Plan p = plan_call(sig, arrays, device, options, mapping, stream);
-      here = run_here(p, arrays, tensor_spans, comm, device, options, mapping, stream, call,
-                      allocate, start);
-      if (p.runs_f(arrays[p.lead].layout, me)) {
+      Plan p = plan_call(sig, c, stream);
+      here = run_here(p, c, stream, start);
+      if (p.runs_f(c.arrays[p.lead].layout, me)) {
         payload.outputs.set(fingerprint(here.run.metas));
         encode(here.run.metas, payload);
       }
@@ -702,19 +593,19 @@ CoreResult run_core(const std::vector<ArrayArg>& arrays,
         // Every rank made the same call, from different generator states: again, from rank
         // 0's. (A rank whose plan failed signed alike only if f failed, whose result is
         // dropped with the rest.)
-        comm.bcast_bytes(start.data_ptr(), static_cast<std::size_t>(start.numel()), 0);
+        Impl::transport(comm).bcast_bytes(start.data_ptr(), static_cast<std::size_t>(start.numel()),
+                                          0);
         continue;
       }
       once.judge();
     }
-    const Layout& lead = arrays[plan->lead].layout;
+    const Layout& lead = c.arrays[plan->lead].layout;
     const bool ran = plan->runs_f(lead, me);
     // Outputs that differ between ranks are seen alike by every rank: all throw.
-    if (!agreed.outputs.same())
-      raise_different_outputs(comm, ran, here.run.metas, name_of(mapping));
+    if (!agreed.outputs.same()) raise_different_outputs(comm, ran, here.run.metas, c.who());
     return once.execute([&] {
       const std::vector<OutputMeta> metas = agreed_outputs(comm, agreed, lead, ran, here.run.metas);
-      return assemble(here, metas, lead, ran, me, allocate);
+      return assemble(here, metas, lead, ran, me, c.allocate);
     });
   }
 }
@@ -738,8 +629,9 @@ std::vector<DistView<M>> vmap_core(const DistView<M>* const* arrays, std::size_t
   for (const at::Tensor& t : tensors) {
     if (t.defined()) tensor_spans.push_back(span_of(t));
   }
-  CoreResult result = run_core(args, tensor_spans, comm, device_of<M>(), options, mapping, call,
-                               &allocate_block<M>);
+  const VmapCall c{args,    tensor_spans, comm, device_of<M>(),
+                   options, mapping,      call, &allocate_block<M>};
+  CoreResult result = run_core(c);
   std::vector<DistView<M>> outputs;
   outputs.reserve(result.size());
   for (CoreOutput& out : result) {

@@ -16,7 +16,8 @@
 
 #include "kvmap/kvmap.hpp"
 #include "detail/tensor_bridge.hpp"
-#include "test_space.hpp"  // TestMemSpace, generated per Kokkos backend
+#include "detail/testing.hpp"  // the transport, for the tests' own collectives
+#include "test_space.hpp"      // TestMemSpace, generated per Kokkos backend
 
 namespace kvmap_test {
 

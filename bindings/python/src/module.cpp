@@ -17,6 +17,7 @@
 
 #include "kvmap/kvmap.hpp"
 #include "detail/comm.hpp"
+#include "detail/mpi_process.hpp"
 #include "detail/device_map.hpp"
 #include "detail/gpu_aware_mpi.hpp"
 #include "detail/stats.hpp"

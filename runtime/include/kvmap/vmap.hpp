@@ -203,7 +203,7 @@ class Vmapped {
   Impl::Mapping mapping_;
 };
 
-// vmap(f, options)(args...): see the README and API.md.
+// vmap(f, options)(args...): see the README ("vmap") and the members of Vmapped above.
 template <class F>
 Vmapped<F> vmap(F f, VmapOptions options = {}) {
   return Vmapped<F>(std::move(f), std::move(options));

@@ -16,11 +16,13 @@
 //   execute  MPI calls and kernels only. A failure here cannot be agreed any more (the
 //            other ranks are inside the call's collectives): it ends the job with MPI_Abort
 //            and a message, never a hang.
-// Fault hooks (kvmap/impl/fault_injection.hpp) fire at the start of plan and of execute.
+// Fault hooks (detail/fault_injection.hpp) fire at the start of plan and of execute.
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -28,6 +30,7 @@
 #include <vector>
 
 #include "kvmap/comm.hpp"
+#include "detail/mpi_transport.hpp"
 #include "kvmap/dtype.hpp"
 #include "kvmap/error.hpp"
 #include "detail/fault_injection.hpp"
@@ -111,7 +114,6 @@ struct MinMax64 {
   std::uint64_t min = ~0ull;
   std::uint64_t max = 0;
   void set(std::uint64_t v) { min = max = v; }
-  bool took_part() const { return min <= max; }
   bool same() const { return min == max; }
   void combine(const MinMax64& in) {
     if (in.min < min) min = in.min;
@@ -123,6 +125,25 @@ struct MinMax64 {
 struct NoPayload {
   static void combine(const NoPayload&, NoPayload&) {}
 };
+
+// Metadata only some ranks hold (scatter's root, the ranks that ran vmap's function), carried
+// by an agreement's reduction: the holders write their words, every other rank leaves zeros,
+// and the reduction keeps each word's maximum, so every rank receives the holders' words in a
+// record whose size does not depend on the number of ranks. The holders must hold the same
+// words (their signatures or fingerprints check that).
+template <int N>
+struct HeldWords {
+  static constexpr int kWords = N;
+  std::uint64_t words[N] = {};
+  static void combine(const HeldWords& in, HeldWords& inout) {
+    for (int k = 0; k < N; ++k) {
+      if (in.words[k] > inout.words[k]) inout.words[k] = in.words[k];
+    }
+  }
+};
+
+// An exception's message ("" for none): what travels when a plan failed.
+std::string message_of(const std::exception_ptr& error);
 
 // Writes the message to stderr and aborts every process of `comm`'s job.
 [[noreturn]] void abort_after_agreement(const Comm& comm, const char* site,
@@ -138,6 +159,61 @@ struct NoPayload {
                                  const std::exception_ptr& error, const Signature& signature,
                                  const std::vector<std::uint32_t>& failed,
                                  const std::vector<std::uint64_t>& fingerprints);
+
+// The failure path of every check that something is the same on every rank, once every rank
+// holds every rank's key (gathered; on the failure path only). The ranks whose key differs
+// from `reference`'s, ascending, among the ranks that take part (all when `takes_part` is
+// empty).
+template <class Key>
+std::vector<int> ranks_differing(const std::vector<Key>& keys, int reference,
+                                 const std::vector<bool>& takes_part = {}) {
+  std::vector<int> differing;
+  for (int r = 0; r < static_cast<int>(keys.size()); ++r) {
+    if (!takes_part.empty() && !takes_part[static_cast<std::size_t>(r)]) continue;
+    if (keys[static_cast<std::size_t>(r)] != keys[static_cast<std::size_t>(reference)])
+      differing.push_back(r);
+  }
+  return differing;
+}
+// What a message naming two ranks needs: `mine` of rank `reference` and of rank `other`, on
+// every rank (two broadcasts).
+struct TwoDescriptions {
+  std::string reference;
+  std::string other;
+};
+TwoDescriptions describe_two(const Comm& comm, int reference, int other, const std::string& mine);
+// Every rank throws: the ranks in `differing` (non-empty, ascending) ValueError with
+// message(rank, that rank's description, the reference's), every other rank RemoteError
+// naming them with the first differing rank's message. Descriptions are each rank's `mine`.
+[[noreturn]] void raise_differing(
+    const Comm& comm, int reference, const std::vector<int>& differing, const std::string& mine,
+    const std::function<std::string(int rank, const std::string& theirs,
+                                    const std::string& reference)>& message);
+// A trivially copyable record as a description's bytes, and back.
+template <class T>
+std::string bytes_of(const T& value) {
+  static_assert(std::is_trivially_copyable_v<T>, "bytes_of needs a trivially copyable T");
+  return std::string(reinterpret_cast<const char*>(&value), sizeof(T));
+}
+template <class T>
+std::string bytes_of(const std::vector<T>& values) {
+  static_assert(std::is_trivially_copyable_v<T>, "bytes_of needs a trivially copyable T");
+  return std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(T));
+}
+template <class T>
+T from_bytes(const std::string& bytes) {
+  static_assert(std::is_trivially_copyable_v<T>, "from_bytes needs a trivially copyable T");
+  T value{};
+  std::memcpy(&value, bytes.data(), std::min(bytes.size(), sizeof(T)));
+  return value;
+}
+template <class T>
+std::vector<T> vector_from_bytes(const std::string& bytes) {
+  static_assert(std::is_trivially_copyable_v<T>, "vector_from_bytes needs a trivially copyable T");
+  std::vector<T> values(bytes.size() / sizeof(T));
+  if (!values.empty()) std::memcpy(values.data(), bytes.data(), values.size() * sizeof(T));
+  return values;
+}
 
 // A failure every rank has detected identically from data they all hold: ranks in `failed`
 // throw E(their message), the others RemoteError. `messages` aligns with `failed`.
@@ -215,7 +291,7 @@ class Collective {
     packet_.head.failed = error_ ? 1 : 0;
     packet_.head.fingerprint_min = packet_.head.fingerprint_max = signature_.fingerprint();
     packet_.payload = payload_;
-    comm_.allreduce_bytes(&packet_, sizeof packet_, &reduce_agreements<Payload>);
+    Impl::transport(comm_).allreduce_bytes(&packet_, sizeof packet_, &reduce_agreements<Payload>);
     return packet_;
   }
   // Whether every rank planned without failure and signed alike (after reduce()).
@@ -241,7 +317,7 @@ class Collective {
     mine.head.failed = error_ ? 1 : 0;
     mine.head.fingerprint_min = mine.head.fingerprint_max = signature_.fingerprint();
     mine.payload = payload_;
-    const std::vector<AgreementPacket<Payload>> all = comm_.allgather(mine);
+    const std::vector<AgreementPacket<Payload>> all = Impl::transport(comm_).allgather(mine);
     std::vector<std::uint32_t> failed;
     std::vector<std::uint64_t> fingerprints;
     std::vector<Payload> payloads;
@@ -267,9 +343,6 @@ class Collective {
       return fn();
     });
   }
-
-  const Comm& comm() const { return comm_; }
-  const char* site() const { return site_; }
 
  private:
   const char* site_;

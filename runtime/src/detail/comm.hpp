@@ -1,29 +1,35 @@
 #pragma once
-// The MPI side of kvmap's runtime that users do not call: the count limit, the collective
-// release of kvmap's communicators, MPI's start and end.
-#include <cstddef>
-#include <string>
+// kvmap's registry of communicator duplicates (comm.cpp): what a Comm refers to, its
+// transport and sequence numbers, and their collective release before MPI_Finalize.
+#include <cstdint>
+#include <memory>
 
-namespace kvmap {
-namespace Impl {
-// Largest element count kvmap passes to one MPI call (INT_MAX unless lowered by a test,
-// detail/testing.hpp).
-std::size_t mpi_count_limit();
+#include "kvmap/comm.hpp"
+#include "detail/mpi_transport.hpp"
+
+namespace kvmap::Impl {
+
+struct CommAccess {
+  static Comm make(std::shared_ptr<Comm::Handle> handle);
+  static const Transport& transport(const Comm& comm);
+  static std::uint64_t next_sequence(const Comm& comm, std::uint64_t epoch);
+};
+
+// The next number of a sequence kept per communicator (shared by every copy of this Comm):
+// 1, 2, 3, ... and back to 1 whenever `epoch` differs from the previous call's. Collective
+// calls that advance it in the same order on every rank see the same numbers on every rank,
+// whatever other communicators each rank used in between.
+inline std::uint64_t next_sequence(const Comm& comm, std::uint64_t epoch) {
+  return CommAccess::next_sequence(comm, epoch);
+}
+
 // Frees every duplicate kvmap made (collective, in the same order on every rank; before
 // MPI_Finalize), the agreement's MPI operations and datatypes, and whatever the hooks
 // registered with on_release hold (cached redistribution plans). Comms still held afterwards
 // throw on use.
 void release_cached_comms();
 void on_release(void (*hook)());
-bool mpi_initialized();
-// The running MPI library's name for itself (MPI_Get_library_version).
-std::string mpi_library_version();
-// Initializes MPI with at least MPI_THREAD_FUNNELED, or checks the thread level of an MPI
-// that is already initialized (Error when it is below FUNNELED). True when this call
-// initialized MPI.
-bool init_mpi(int& argc, char**& argv);
-// Releases the cached communicators, then finalizes MPI.
-void finalize_mpi();
-}  // namespace Impl
+// The transport's cached MPI operations and datatypes, freed by release_cached_comms.
+void release_reduction_cache();
 
-}  // namespace kvmap
+}  // namespace kvmap::Impl

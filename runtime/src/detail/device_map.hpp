@@ -5,9 +5,10 @@
 // launcher and batch system. The user's own choice wins: Kokkos' device flags on the command
 // line, Kokkos' device environment variables, or Kokkos initialized before kvmap. Torch's
 // current device follows the device Kokkos ends up on.
-#include <mpi.h>
-
 #include <string>
+
+#include "kvmap/comm.hpp"
+#include "detail/mpi_transport.hpp"
 
 namespace kvmap::Impl {
 
@@ -19,12 +20,8 @@ int device_for_rank(int node_local_rank, int visible_devices);
 // ...), or one of Kokkos' device environment variables set (read through `getenv`).
 bool user_chose_device(int argc, const char* const* argv, const char* (*getenv)(const char*));
 
-struct NodeRank {
-  int rank = 0;  // this rank's place among the ranks of `comm` that share its node
-  int size = 1;  // how many ranks of `comm` share its node
-};
-// Collective over `comm`.
-NodeRank node_local_rank(MPI_Comm comm);
+// Collective over `comm` (through its transport, counted by stats()).
+NodeRank node_local_rank(const Comm& comm);
 
 // Devices the GPU backend of this Kokkos sees (after CUDA_VISIBLE_DEVICES and the like); 0
 // without a GPU backend.

@@ -12,6 +12,7 @@
 #include "kvmap/layout.hpp"
 
 #include "detail/box.hpp"
+#include "detail/mpi_transport.hpp"
 
 namespace kvmap::Impl {
 
@@ -52,11 +53,11 @@ struct ExchangePlan {
   std::vector<Box> blocks;
   std::vector<int> counts, displs;  // bytes, when within the count limit
   bool allgatherv = false;
-  Comm::Exchange exchange;  // offsets relative to the sides' bases
+  Messages messages;  // point-to-point; offsets relative to the sides' bases
   // A change of split axis on host memory: every pair exchanges, MPI packs every piece (the
   // local part included) in one MPI_Alltoallw, measured faster here than messages per peer
   // plus a local copy kernel.
-  std::optional<Comm::PeerTypes> send_types, recv_types;
+  std::optional<PeerTypes> send_types, recv_types;
 };
 
 // What identifies a plan: the same layouts, source strides, element size and settings.

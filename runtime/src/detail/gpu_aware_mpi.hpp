@@ -37,8 +37,9 @@ GpuAwareDecision decide_gpu_aware_mpi(const char* env, GpuAwareMode built,
 // This process's decision, made at the first call (kvmap's initialization makes it, so a bad
 // KVMAP_GPU_AWARE_MPI is reported there) from the environment, the build and the MPI.
 GpuAwareDecision gpu_aware_mpi();
-// Makes the decision on every rank of MPI_COMM_WORLD (collective): where one rank's
-// KVMAP_GPU_AWARE_MPI is bad, every rank throws, none waits in a later collective.
+// Makes the decision on every rank of MPI_COMM_WORLD (collective: one MPI_Allreduce of an int
+// through kvmap::Comm::world(), none on one rank): where one rank's KVMAP_GPU_AWARE_MPI is
+// bad, every rank throws, none waits in a later collective.
 void decide_gpu_aware_mpi_on_every_rank();
 // The decision's `direct` if it was made (kvmap's initialization makes it), else false; never
 // calls MPI (for stats()).

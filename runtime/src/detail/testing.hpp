@@ -6,6 +6,8 @@
 #include <cstddef>
 
 #include "kvmap/comm.hpp"
+#include "detail/comm.hpp"           // the registry: next_sequence, CommAccess
+#include "detail/mpi_transport.hpp"  // a Comm's transport
 
 namespace kvmap::Impl {
 
@@ -28,9 +30,5 @@ void redecide_gpu_aware_mpi();
 // from other ranks never arrives. For kvmap-perf's scale scenario: the per-call local work of
 // kvmap's real code paths at a number of ranks the machine does not have.
 Comm emulated_comm(int rank, int size);
-
-struct CommAccess {
-  static Comm make(std::shared_ptr<Comm::Handle> handle);
-};
 
 }  // namespace kvmap::Impl

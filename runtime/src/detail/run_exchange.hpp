@@ -58,13 +58,13 @@ template <class M>
 void bcast_element(const Comm& comm, void* data, DType dtype, int root) {
   const std::size_t n = size_of(dtype);
   if (!staged_through_host<M>()) {
-    comm.bcast_bytes(data, n, root);
+    Impl::transport(comm).bcast_bytes(data, n, root);
     return;
   }
   std::array<unsigned char, 16> host{};
   static_assert(sizeof(std::complex<double>) <= sizeof(host), "an element fits the buffer");
   if (comm.rank() == root) copy_bytes<Kokkos::HostSpace, M>(host.data(), data, n);
-  comm.bcast_bytes(host.data(), n, root);
+  Impl::transport(comm).bcast_bytes(host.data(), n, root);
   if (comm.rank() != root) copy_bytes<M, Kokkos::HostSpace>(data, host.data(), n);
 }
 
@@ -85,8 +85,8 @@ void copy_sub_box(const Exec& exec, DType dtype, const LocalBlock& src, const Bo
 // allocated here (before the agreement), so that run_exchange (after it) only runs kernels
 // and MPI.
 template <class M>
-struct Exchange {
-  Exchange(DistView<M> source, Layout target_layout)
+struct PlannedExchange {
+  PlannedExchange(DistView<M> source, Layout target_layout)
       : src(std::move(source)), target(std::move(target_layout)) {}
   DistView<M> src;
   Layout target;
@@ -98,10 +98,10 @@ struct Exchange {
 };
 
 template <class M>
-Exchange<M> plan_exchange(const DistView<M>& src, const Layout& target) {
+PlannedExchange<M> plan_exchange(const DistView<M>& src, const Layout& target) {
   const Comm& comm = src.comm();
   const int me = comm.rank();
-  Exchange<M> x(src, target);
+  PlannedExchange<M> x(src, target);
   x.src_block = DistViewAccess::block(src);
   PlanKey key{comm.id(),           src.layout(),   target,
               x.src_block.strides, src.itemsize(), staged_through_host<M>(),
@@ -126,7 +126,7 @@ struct MpiBuffers {
 };
 
 template <class M>
-MpiBuffers stage_send(Exchange<M>& x, const void* send_base, void* recv_base) {
+MpiBuffers stage_send(PlannedExchange<M>& x, const void* send_base, void* recv_base) {
   const ExchangePlan& p = *x.plan;
   if (!p.staged) return {send_base, recv_base};
   if (x.send_host)
@@ -135,7 +135,7 @@ MpiBuffers stage_send(Exchange<M>& x, const void* send_base, void* recv_base) {
 }
 
 template <class M>
-void unstage_recv(Exchange<M>& x, void* recv_base) {
+void unstage_recv(PlannedExchange<M>& x, void* recv_base) {
   const ExchangePlan& p = *x.plan;
   if (p.staged && x.recv_host) {
     copy_bytes<M, Kokkos::HostSpace>(recv_base, x.recv_host->data(), p.recv.packed_bytes);
@@ -145,9 +145,9 @@ void unstage_recv(Exchange<M>& x, void* recv_base) {
 // Every rank's block to every rank: packed (or in place for split 0), MPI_Allgatherv or
 // point-to-point pieces above the count limit, unpacked into the destination.
 template <class M, class Exec>
-void run_allgather(const Exec& exec, Exchange<M>& x, DType dtype) {
+void run_allgather(const Exec& exec, PlannedExchange<M>& x, DType dtype) {
   const Comm& comm = x.src.comm();
-  ExchangePlan& p = *x.plan;  // its Exchange holds the requests in flight
+  ExchangePlan& p = *x.plan;  // its messages hold the requests in flight
   const LocalBlock& src = x.src_block;
   unsigned char* send_scratch = x.send_buf ? x.send_buf->data() : nullptr;
   const unsigned char* send_ptr = static_cast<const unsigned char*>(src.data);
@@ -163,9 +163,10 @@ void run_allgather(const Exec& exec, Exchange<M>& x, DType dtype) {
   exec.fence();
   const MpiBuffers mpi = stage_send(x, send_ptr, recv_base);
   if (p.allgatherv) {
-    comm.allgatherv_bytes(mpi.send, p.counts[comm.rank()], mpi.recv, p.counts, p.displs);
+    Impl::transport(comm).allgatherv_bytes(mpi.send, p.counts[comm.rank()], mpi.recv, p.counts,
+                                           p.displs);
   } else {
-    comm.run(p.exchange, mpi.send, mpi.recv);
+    Impl::transport(comm).run(p.messages, mpi.send, mpi.recv);
   }
   unstage_recv(x, recv_base);
   if (p.recv.packed) {
@@ -181,8 +182,8 @@ void run_allgather(const Exec& exec, Exchange<M>& x, DType dtype) {
 // pieces through scratch (staged through host memory when MPI cannot read M), in place
 // pieces as contiguous runs or datatypes MPI packs.
 template <class M, class Exec>
-void run_point_to_point(const Exec& exec, Exchange<M>& x, DType dtype) {
-  ExchangePlan& p = *x.plan;  // its Exchange holds the requests in flight
+void run_point_to_point(const Exec& exec, PlannedExchange<M>& x, DType dtype) {
+  ExchangePlan& p = *x.plan;  // its messages hold the requests in flight
   const LocalBlock& src = x.src_block;
   unsigned char* send_scratch = x.send_buf ? x.send_buf->data() : nullptr;
   unsigned char* recv_scratch = x.recv_buf ? x.recv_buf->data() : nullptr;
@@ -197,7 +198,7 @@ void run_point_to_point(const Exec& exec, Exchange<M>& x, DType dtype) {
   const void* send_base = p.send.packed ? send_scratch : src.data;
   void* recv_base = p.recv.packed ? recv_scratch : x.dst.data;
   const MpiBuffers mpi = stage_send(x, send_base, recv_base);
-  x.src.comm().run(p.exchange, mpi.send, mpi.recv);
+  Impl::transport(x.src.comm()).run(p.messages, mpi.send, mpi.recv);
   unstage_recv(x, recv_base);
   count_bytes_copied(p.send.mpi_packs + p.recv.mpi_packs);
   if (p.recv.packed) {
@@ -211,7 +212,7 @@ void run_point_to_point(const Exec& exec, Exchange<M>& x, DType dtype) {
 // Runs the plan (after the agreement: kernels and MPI only, nothing allocated) and returns
 // the new array in the destination block.
 template <class M>
-DistView<M> run_exchange(Exchange<M>& x) {
+DistView<M> run_exchange(PlannedExchange<M>& x) {
   using Exec = typename DistView<M>::execution_space;
   Exec exec;
   const ExchangePlan& p = *x.plan;
@@ -224,7 +225,8 @@ DistView<M> run_exchange(Exchange<M>& x) {
     case ExchangeKind::PointToPoint:
       if (p.send_types) {  // a change of split axis on host memory: one MPI_Alltoallw
         exec.fence();      // every kernel's writes to the source before MPI reads it
-        x.src.comm().alltoallw(x.src_block.data, *p.send_types, x.dst.data, *p.recv_types);
+        Impl::transport(x.src.comm())
+            .alltoallw(x.src_block.data, *p.send_types, x.dst.data, *p.recv_types);
         count_bytes_copied(p.send.mpi_packs + p.recv.mpi_packs);
       } else {
         run_point_to_point(exec, x, dtype);
