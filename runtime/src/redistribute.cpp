@@ -178,8 +178,8 @@ DistView<M> DistView<M>::from_global(const at::Tensor& full, std::optional<int> 
 
 namespace {
 // What root tells every rank about the tensor it scatters, reduced by maximum (zeros from the
-// other ranks): the number of dimensions, the dtype, the extents.
-using ScatterMeta = Impl::HeldWords<2 + Impl::kMaxRank>;
+// other ranks): the number of dimensions and the dtype in word 0, then the extents.
+using ScatterMeta = Impl::HeldWords<1 + Impl::kMaxRank>;
 }  // namespace
 
 template <class M>
@@ -200,19 +200,19 @@ DistView<M> DistView<M>::scatter(const at::Tensor& full_on_root, std::optional<i
           block = Impl::block_from_tensor(full_on_root);
           Impl::check_same_device(full_on_root, Impl::device_of<M>(),
                                   "kvmap::DistView::scatter: the tensor");
-          meta.words[0] = block.extents.size();
-          meta.words[1] = static_cast<std::uint64_t>(from_torch(full_on_root.scalar_type()));
+          meta.words[0] = block.extents.size() << 32 |
+                          static_cast<std::uint64_t>(from_torch(full_on_root.scalar_type()));
           for (std::size_t d = 0; d < block.extents.size(); ++d)
-            meta.words[2 + d] = static_cast<std::uint64_t>(block.extents[d]);
+            meta.words[1 + d] = static_cast<std::uint64_t>(block.extents[d]);
           Layout::balanced(block.extents, split, comm.size());  // validates split for this shape
         }
         return block;
       });
   const ScatterMeta& meta = arguments.agree();
-  const int ndim = static_cast<int>(meta.words[0]);
+  const int ndim = static_cast<int>(meta.words[0] >> 32);
   Shape gshape(static_cast<std::size_t>(ndim));
-  for (int d = 0; d < ndim; ++d) gshape[d] = static_cast<std::int64_t>(meta.words[2 + d]);
-  const DType dtype = static_cast<DType>(meta.words[1]);
+  for (int d = 0; d < ndim; ++d) gshape[d] = static_cast<std::int64_t>(meta.words[1 + d]);
+  const DType dtype = static_cast<DType>(meta.words[0] & 0xffffffffu);
 
   return Impl::collective(
       "DistView::scatter", comm,
