@@ -100,9 +100,9 @@ def test_versions_variants_dependencies(recipe):
     assert ("+cuda", "+rocm") in conflicts
     assert ("gpu_aware_mpi=on", "~cuda ~rocm") in conflicts
     # gpu_aware_mpi=on takes an MPI built to read device memory.
-    assert deps["mpich+cuda"] == [{"when": "+cuda gpu_aware_mpi=on ^mpich"}]
-    assert deps["openmpi+cuda"] == [{"when": "+cuda gpu_aware_mpi=on ^openmpi"}]
-    assert deps["mpich+rocm"] == [{"when": "+rocm gpu_aware_mpi=on ^mpich"}]
+    assert deps["mpich+cuda"] == [{"when": "+cuda gpu_aware_mpi=on ^[virtuals=mpi] mpich"}]
+    assert deps["openmpi+cuda"] == [{"when": "+cuda gpu_aware_mpi=on ^[virtuals=mpi] openmpi"}]
+    assert deps["mpich+rocm"] == [{"when": "+rocm gpu_aware_mpi=on ^[virtuals=mpi] mpich"}]
     assert ("^kokkos-kernels@4:", "^kokkos@4:") in req
 
 

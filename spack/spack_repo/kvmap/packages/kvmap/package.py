@@ -69,9 +69,9 @@ class Kvmap(CMakePackage, CudaPackage, ROCmPackage):
         depends_on(f"kokkos+rocm amdgpu_target={target}", when=f"+rocm amdgpu_target={target}")
         depends_on(f"py-torch+rocm amdgpu_target={target}", when=f"+rocm amdgpu_target={target}")
     # gpu_aware_mpi=on: an MPI that reads device memory.
-    depends_on("mpich+cuda", when="+cuda gpu_aware_mpi=on ^mpich")
-    depends_on("openmpi+cuda", when="+cuda gpu_aware_mpi=on ^openmpi")
-    depends_on("mpich+rocm", when="+rocm gpu_aware_mpi=on ^mpich")
+    depends_on("mpich+cuda", when="+cuda gpu_aware_mpi=on ^[virtuals=mpi] mpich")
+    depends_on("openmpi+cuda", when="+cuda gpu_aware_mpi=on ^[virtuals=mpi] openmpi")
+    depends_on("mpich+rocm", when="+rocm gpu_aware_mpi=on ^[virtuals=mpi] mpich")
     depends_on("kokkos+wrapper", when="+cuda %gcc")
     depends_on("kokkos~cuda", when="~cuda")
     depends_on("kokkos~rocm", when="~rocm")
