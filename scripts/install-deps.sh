@@ -21,6 +21,7 @@
 #   KVMAP_DEPS_PREFIX  where Kokkos is installed (default: $XDG_CACHE_HOME/kvmap or ~/.cache/kvmap)
 #   KVMAP_SKIP_APT=1   do not touch Debian packages (everything already installed)
 #   KVMAP_DEBIAN_KOKKOS=1  also install Debian's binary libtrilinos-kokkos-dev (Serial only)
+#   KVMAP_DOCS=1       also install doxygen (scripts/docs.sh)
 #   KVMAP_TORCH2=1     also make the torch2 venv ($KVMAP_DEPS_PREFIX/torch2-venv)
 #   KVMAP_TORCH2_SPEC  the pip requirement for torch (default: the tested range below)
 #   KVMAP_TORCH2_BASE_PYTHON  the Python >= 3.12 the venv is made from (default: python3.12
@@ -68,6 +69,9 @@ packages=(
 )
 if [ "${KVMAP_FUZZ_DEPS:-0}" = 1 ]; then
   packages+=(clang libclang-rt-14-dev)
+fi
+if [ "${KVMAP_DOCS:-0}" = 1 ]; then
+  packages+=(doxygen)
 fi
 if [ "${KVMAP_DEBIAN_KOKKOS:-0}" = 1 ]; then
   packages+=(libtrilinos-kokkos-dev libtrilinos-kokkos-kernels-dev)

@@ -1,7 +1,8 @@
 #pragma once
-// The MPI communicator kvmap works on: a handle to kvmap's duplicate of the user's
-// communicator. What kvmap sends over it is private to kvmap (its transport,
-// runtime/src/detail/mpi_transport.hpp); an application talks MPI on raw().
+/// \file
+/// The MPI communicator kvmap works on: a handle to kvmap's duplicate of the user's
+/// communicator. What kvmap sends over it is private to kvmap (its transport,
+/// runtime/src/detail/mpi_transport.hpp); an application talks MPI on raw().
 #include <mpi.h>
 
 #include <cstdint>
@@ -10,32 +11,41 @@
 namespace kvmap {
 
 namespace Impl {
-struct CommAccess;  // kvmap's own access to the duplicate (runtime/src/detail/comm.hpp)
+struct CommAccess;  ///< kvmap's own access to the duplicate (runtime/src/detail/comm.hpp)
 }  // namespace Impl
 
+/// A copyable handle to kvmap's duplicate of an MPI communicator: what every collective of
+/// kvmap (DistView factories and redistribution, vmap's agreement, random, linalg) runs on.
 class Comm {
  public:
-  struct Handle;  // opaque: kvmap's duplicate of one user communicator
+  struct Handle;  ///< opaque: kvmap's duplicate of one user communicator
 
-  // kvmap's duplicate of MPI_COMM_WORLD.
+  /// kvmap's duplicate of MPI_COMM_WORLD.
   Comm();
-  // kvmap's duplicate of `comm`: made (collective over `comm`) the first time, the same one
-  // after that, so every Comm of one user communicator shares its state (the stream counter
-  // of kvmap::random). `comm` may be freed right after. Duplicates are freed together before
-  // MPI_Finalize (kvmap::ScopeGuard, Python's exit), never when a Comm is destroyed.
+  /// kvmap's duplicate of `comm`: made (collective over `comm`) the first time, the same one
+  /// after that, so every Comm of one user communicator shares its state (the stream counter
+  /// of kvmap::random). `comm` may be freed right after. Duplicates are freed together before
+  /// MPI_Finalize (kvmap::ScopeGuard, Python's exit), never when a Comm is destroyed.
   explicit Comm(MPI_Comm comm);
 
+  /// kvmap's duplicate of MPI_COMM_WORLD (collective the first time).
   static Comm world();
+  /// kvmap's duplicate of MPI_COMM_SELF: one rank, no communication.
   static Comm self();
-  // Duplicates the communicator with this Fortran handle (what mpi4py's Comm.py2f() gives).
+  /// Duplicates the communicator with this Fortran handle (what mpi4py's Comm.py2f() gives).
   static Comm from_fortran(std::int64_t handle);
 
-  // The same on every rank of this communicator, different for every other communicator
-  // kvmap has made in this process (part of every collective's agreed signature).
+  /// The same on every rank of this communicator, different for every other communicator
+  /// kvmap has made in this process (part of every collective's agreed signature).
   std::uint64_t id() const;
+  /// This process's rank in the communicator.
   int rank() const { return rank_; }
+  /// The number of ranks.
   int size() const { return size_; }
+  /// kvmap's duplicate as an MPI communicator, for the application's own MPI calls (Error
+  /// once the duplicates were freed before MPI_Finalize).
   MPI_Comm raw() const;
+  /// MPI_Barrier on the duplicate (collective; counted by kvmap::stats()).
   void barrier() const;
 
  private:

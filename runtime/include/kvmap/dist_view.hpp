@@ -1,6 +1,7 @@
 #pragma once
-// DistView: a global array sharded along one split axis over the ranks of a communicator
-// (or replicated), with each rank's shard in Kokkos memory of MemorySpace.
+/// \file
+/// DistView: a global array sharded along one split axis over the ranks of a communicator
+/// (or replicated), with each rank's shard in Kokkos memory of MemorySpace.
 #include <Kokkos_Core.hpp>
 
 #include <cstddef>
@@ -39,19 +40,29 @@ constexpr ViewLayoutKind view_layout_kind() {
     return ViewLayoutKind::Stride;
   }
 }
-// TypeError unless a view of this element dtype, rank, static extents (-1: dynamic) and
-// layout kind can describe the block.
+/// TypeError unless a view of this element dtype, rank, static extents (-1: dynamic) and
+/// layout kind can describe the block.
 void check_local_view(DType have, DType want, const LocalBlock& block, int rank,
                       const std::int64_t* static_extents, ViewLayoutKind kind);
 }  // namespace Impl
 
+/// A global array sharded along one split axis (or replicated) across the ranks of a
+/// kvmap::Comm; each rank's shard lives in `MemorySpace` (HostSpace, CudaSpace, HIPSpace, ...)
+/// and is seen by torch without a copy (local()). Copies share the shard.
 template <class MemorySpace = Kokkos::DefaultExecutionSpace::memory_space>
 class DistView {
  public:
+  /// The Kokkos memory space of the shard, and the execution space kvmap's kernels use on it.
+  ///@{
   using memory_space = MemorySpace;
   using execution_space = Impl::exec_space_of<MemorySpace>;
+  ///@}
 
   // ---- collective factories ----------------------------------------------------------
+  /// A new array of global shape `gshape`, balanced along `split` (Heat's rule) or
+  /// replicated (nullopt): uninitialized (empty), zeros, `value` (full), or 0 .. n-1 (arange,
+  /// one dimension). Collective over `comm`.
+  ///@{
   static DistView empty(Shape gshape, DType dtype, std::optional<int> split,
                         Comm comm = Comm::world());
   static DistView zeros(Shape gshape, DType dtype, std::optional<int> split,
@@ -60,10 +71,11 @@ class DistView {
                        Comm comm = Comm::world());
   static DistView arange(std::int64_t n, DType dtype, std::optional<int> split,
                          Comm comm = Comm::world());
+  ///@}
 
-  // Adopts each rank's local piece without copying; the global shape is the pieces
-  // concatenated in rank order along split (replicated: every rank holds the whole array).
-  // Non-split extents and dtypes must agree on all ranks.
+  /// Adopts each rank's local piece without copying; the global shape is the pieces
+  /// concatenated in rank order along split (replicated: every rank holds the whole array).
+  /// Non-split extents and dtypes must agree on all ranks.
   template <class KokkosView>
   static DistView from_local(const KokkosView& local, std::optional<int> split,
                              Comm comm = Comm::world()) {
@@ -84,22 +96,29 @@ class DistView {
         },
         split, std::move(comm));
   }
+  /// The same for a torch tensor on the memory space's device (adopted: its storage is kept
+  /// alive by the DistView).
   static DistView from_local(const at::Tensor& local, std::optional<int> split,
                              Comm comm = Comm::world());
-  // The same when every rank knows the layout (e.g. Layout::balanced): no rank's count has
-  // to travel, so the agreement is one fixed-size reduction instead of a gather. Each rank's
-  // piece must have layout.lshape(rank); the layout must be the same on every rank.
+  /// The same when every rank knows the layout (e.g. Layout::balanced): no rank's count has
+  /// to travel, so the agreement is one fixed-size reduction instead of a gather. Each rank's
+  /// piece must have layout.lshape(rank); the layout must be the same on every rank.
   static DistView from_local(const at::Tensor& local, const Layout& layout,
                              Comm comm = Comm::world());
-  // Every rank holds the full tensor and keeps (a copy of) its slice.
+  /// Every rank holds the full tensor and keeps (a copy of) its slice.
   static DistView from_global(const at::Tensor& full, std::optional<int> split,
                               Comm comm = Comm::world());
-  // Only root's tensor matters; the other ranks may pass an undefined tensor.
+  /// Only root's tensor matters; the other ranks may pass an undefined tensor.
   static DistView scatter(const at::Tensor& full_on_root, std::optional<int> split,
                           Comm comm = Comm::world(), int root = 0);
 
   // ---- shape and placement -----------------------------------------------------------
+  /// How the global array is cut over the ranks.
   const Layout& layout() const { return layout_; }
+  /// The global shape, this rank's local shape, every rank's local shape (O(P)), the split
+  /// axis (nullopt: replicated), the element type and its size, the number of dimensions,
+  /// the communicator, and whether the counts follow Heat's rule (Layout's).
+  ///@{
   const Shape& gshape() const { return layout_.gshape(); }
   Shape lshape() const { return block_.extents; }
   std::vector<Shape> lshape_map() const;
@@ -109,14 +128,18 @@ class DistView {
   int ndim() const { return layout_.ndim(); }
   const Comm& comm() const { return comm_; }
   bool is_balanced() const { return layout_.is_balanced(); }
+  ///@}
+  /// The local shard's element strides and data pointer (in MemorySpace).
+  ///@{
   const std::vector<std::int64_t>& local_strides() const { return block_.strides; }
   void* local_data() const { return block_.data; }
+  ///@}
 
-  // Zero-copy view of the local shard (same data pointer; device from the memory space).
+  /// Zero-copy view of the local shard (same data pointer; device from the memory space).
   at::Tensor local() const;
 
-  // Typed, checked, unmanaged Kokkos view of the local shard: TypeError on a dtype, rank,
-  // static extent or layout mismatch (LayoutRight/Left need matching contiguous strides).
+  /// Typed, checked, unmanaged Kokkos view of the local shard: TypeError on a dtype, rank,
+  /// static extent or layout mismatch (LayoutRight/Left need matching contiguous strides).
   template <class DataType, class KLayout = Kokkos::LayoutStride>
   Kokkos::View<DataType, KLayout, MemorySpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> local_view()
       const {
@@ -141,11 +164,11 @@ class DistView {
   }
 
   // ---- redistribution (collective) ---------------------------------------------------
-  at::Tensor gather(int root = 0) const;              // full array on root, undefined elsewhere
-  at::Tensor allgather() const;                       // full array on every rank
-  DistView resplit(std::optional<int> split) const;   // balanced along another axis / replicated
-  DistView balance() const;                           // same split, balanced counts
-  DistView redistribute(const Layout& target) const;  // any layout of the same global shape
+  at::Tensor gather(int root = 0) const;              ///< full array on root, undefined elsewhere
+  at::Tensor allgather() const;                       ///< full array on every rank
+  DistView resplit(std::optional<int> split) const;   ///< balanced along another axis / replicated
+  DistView balance() const;                           ///< same split, balanced counts
+  DistView redistribute(const Layout& target) const;  ///< any layout of the same global shape
 
  private:
   friend struct Impl::DistViewAccess;
@@ -154,10 +177,10 @@ class DistView {
         dtype_(dtype),
         comm_(std::move(comm)),
         block_(std::move(block)) {}
-  // from_local's collective: `source` (run in the plan) gives this rank's block and dtype.
+  /// from_local's collective: `source` (run in the plan) gives this rank's block and dtype.
   using LocalSource = std::function<Impl::LocalBlock(DType&)>;
   static DistView from_local_source(const LocalSource& source, std::optional<int> split, Comm comm);
-  // What the factories write into new memory.
+  /// What the factories write into new memory.
   enum class Fill { Nothing, Zeros, Value, GlobalIndex };
   static DistView create(const char* site, Shape gshape, DType dtype, std::optional<int> split,
                          Comm comm, Fill fill, double value);
@@ -168,8 +191,10 @@ class DistView {
   Impl::LocalBlock block_;
 };
 
+/// \cond KVMAP_INTERNAL
 #define KVMAP_EXTERN_DIST_VIEW(Space) extern template class DistView<Space>;
 KVMAP_FOR_EACH_MEMORY_SPACE(KVMAP_EXTERN_DIST_VIEW)
 #undef KVMAP_EXTERN_DIST_VIEW
+/// \endcond
 
 }  // namespace kvmap

@@ -1,5 +1,6 @@
 #pragma once
-// Element types of distributed arrays: kvmap::DType and its C++ counterparts.
+/// \file
+/// Element types of distributed arrays: kvmap::DType and its C++ counterparts.
 #include <complex>
 #include <cstddef>
 #include <cstdint>
@@ -9,14 +10,18 @@
 
 namespace kvmap {
 
-// Storage types for the 16-bit floats (Kokkos 3.4 has no host arithmetic type for them).
+/// Storage type of DType::Float16 (Kokkos 3.4 has no host arithmetic type for it).
 struct float16_bits {
-  std::uint16_t bits;
+  std::uint16_t bits;  ///< the IEEE binary16 bit pattern
 };
+/// Storage type of DType::BFloat16.
 struct bfloat16_bits {
-  std::uint16_t bits;
+  std::uint16_t bits;  ///< the bfloat16 bit pattern (the upper half of a float32)
 };
 
+/// \def KVMAP_FOR_EACH_DTYPE(X)
+/// The one table of kvmap's element types: X(enumerator, name, storage type, torch
+/// ScalarType enumerator, MPI datatype) for each.
 // The one table of kvmap's element types; adding a type is one line here.
 //   X(enumerator, name, storage type, torch ScalarType enumerator, MPI datatype)
 // The torch and MPI columns are tokens, expanded only where those libraries are included
@@ -36,41 +41,48 @@ struct bfloat16_bits {
   X(Complex128, "complex128", std::complex<double>, ComplexDouble, MPI_C_DOUBLE_COMPLEX)
 
 #define KVMAP_DTYPE_ENUMERATOR(E, name, T, torch_type, mpi_type) E,
+/// An element type: Bool, UInt8, Int8, Int16, Int32, Int64, Float16, BFloat16, Float32,
+/// Float64, Complex64, Complex128 (KVMAP_FOR_EACH_DTYPE).
 enum class DType { KVMAP_FOR_EACH_DTYPE(KVMAP_DTYPE_ENUMERATOR) };
 #undef KVMAP_DTYPE_ENUMERATOR
 
 #define KVMAP_DTYPE_COUNT(E, name, T, torch_type, mpi_type) +1
+/// How many element types there are.
 inline constexpr int kNumDTypes = 0 KVMAP_FOR_EACH_DTYPE(KVMAP_DTYPE_COUNT);
 #undef KVMAP_DTYPE_COUNT
 
-// A type as a value: what visit() hands its function.
+/// A type as a value: what visit() hands its function.
 template <class T>
 struct type_tag {
-  using type = T;
+  using type = T;  ///< the storage type
 };
 
-// Calls f(type_tag<T>{}) with the storage type T of `dtype` (the table's third column) and
-// returns what it returns; ValueError for a value that is not a DType.
+/// Calls f(type_tag<T>{}) with the storage type T of `dtype` (the table's third column) and
+/// returns what it returns; ValueError for a value that is not a DType.
 template <class F>
 decltype(auto) visit(DType dtype, F&& f);
 
+/// Bytes per element.
 std::size_t size_of(DType dtype);
+/// The type's name as torch and Heat print it ("float32").
 const char* name(DType dtype);
+/// Float16, BFloat16, Float32 or Float64.
 bool is_floating_point(DType dtype);
+/// Complex64 or Complex128.
 bool is_complex(DType dtype);
-// Throws ValueError when the integer is not a DType.
+/// Throws ValueError when the integer is not a DType.
 DType dtype_from_int(int value);
 
 namespace Impl {
 template <class T, class = void>
 struct is_complex_like : std::false_type {};
-// std::complex and Kokkos::complex alike: a value_type and real()/imag().
+/// std::complex and Kokkos::complex alike: a value_type and real()/imag().
 template <class T>
 struct is_complex_like<T, std::void_t<typename T::value_type, decltype(std::declval<T>().real()),
                                       decltype(std::declval<T>().imag())>> : std::true_type {};
 template <class>
 inline constexpr bool dependent_false = false;
-// The DType whose storage type is exactly U (as an int), or -1.
+/// The DType whose storage type is exactly U (as an int), or -1.
 template <class U>
 constexpr int table_dtype() {
   int found = -1, index = 0;
@@ -84,7 +96,7 @@ constexpr int table_dtype() {
 [[noreturn]] void throw_invalid_dtype(DType dtype);
 }  // namespace Impl
 
-// The DType of a C++ element type (cv-qualifiers ignored).
+/// The DType of a C++ element type (cv-qualifiers ignored).
 template <class T>
 constexpr DType dtype_of() {
   using U = std::remove_cv_t<T>;

@@ -1,5 +1,6 @@
 #pragma once
-// Exception types of kvmap and the checks that raise them.
+/// \file
+/// Exception types of kvmap and the checks that raise them.
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -7,29 +8,31 @@
 
 namespace kvmap {
 
-// Base of everything kvmap throws.
+/// Base of everything kvmap throws.
 class Error : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
 
-// Bad values or shapes.
+/// Bad values or shapes.
 class ValueError : public Error {
  public:
   using Error::Error;
 };
 
-// Bad dtype, device, memory space or kind of argument.
+/// Bad dtype, device, memory space or kind of argument.
 class TypeError : public Error {
  public:
   using Error::Error;
 };
 
-// Thrown on ranks that did not fail themselves when another rank failed inside a
-// collective call. what() carries the first failing rank's message.
+/// Thrown on ranks that did not fail themselves when another rank failed inside a
+/// collective call. what() carries the first failing rank's message.
 class RemoteError : public Error {
  public:
+  /// `failed_ranks`: the ranks whose own check or function failed, ascending.
   RemoteError(std::vector<int> failed_ranks, const std::string& first_message);
+  /// The ranks that failed, ascending (the same list on every rank).
   const std::vector<int>& failed_ranks() const noexcept { return failed_ranks_; }
 
  private:
@@ -43,6 +46,9 @@ namespace Impl {
 
 }  // namespace kvmap
 
+/// \def KVMAP_CHECK(cond, ExceptionType, message)
+/// Throws ExceptionType with the streamed `message` when `cond` is false:
+/// `KVMAP_CHECK(s >= 0, kvmap::ValueError, "split " << s << " out of range")`.
 // KVMAP_CHECK(cond, kvmap::ValueError, "split " << s << " out of range"): throws the given
 // exception type with a streamed message when cond is false. `message` is a chain of <<
 // operands, so it cannot be parenthesized; ExceptionType is a type.

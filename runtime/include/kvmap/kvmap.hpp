@@ -1,5 +1,6 @@
 #pragma once
-// kvmap: per-sample torch functions vectorized over Kokkos arrays sharded across MPI ranks.
+/// \file
+/// kvmap: per-sample torch functions vectorized over Kokkos arrays sharded across MPI ranks.
 #include "kvmap/comm.hpp"
 #include "kvmap/config.hpp"
 #include "kvmap/dist_view.hpp"

@@ -1,5 +1,6 @@
 #pragma once
-// Kokkos memory <-> at::Tensor without copies, and DType <-> torch ScalarType.
+/// \file
+/// Kokkos memory <-> at::Tensor without copies, and DType <-> torch ScalarType.
 #include <ATen/core/Tensor.h>
 #include <c10/core/ScalarType.h>
 
@@ -13,16 +14,17 @@
 
 namespace kvmap {
 
+/// The torch ScalarType of a DType.
 at::ScalarType to_torch(DType dtype);
-// TypeError for torch types kvmap does not store (quantized, complex32, ...).
+/// TypeError for torch types kvmap does not store (quantized, complex32, ...).
 DType from_torch(at::ScalarType type);
 
 namespace Impl {
-// A tensor sharing the block's memory; it keeps block.owner alive.
+/// A tensor sharing the block's memory; it keeps block.owner alive.
 at::Tensor tensor_from_block(const LocalBlock& block, DType dtype, DeviceSpec device);
 }  // namespace Impl
 
-// A zero-copy at::Tensor over a Kokkos view (which it keeps alive).
+/// A zero-copy at::Tensor over a Kokkos view (which it keeps alive).
 template <class View>
 at::Tensor to_tensor(const View& view) {
   using T = std::remove_cv_t<typename View::value_type>;

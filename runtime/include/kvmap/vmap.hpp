@@ -1,9 +1,10 @@
 #pragma once
-// kvmap::vmap: a function written for one sample, vectorized with functorch over the split
-// axis of DistViews on every rank, on zero-copy views of the local shards, chunked by a
-// Kokkos policy over the batch. kvmap::map_batches: the same scheduler for a function that
-// is already batch-aware (an AOTInductor or TorchScript model written for batches): it
-// receives each chunk as plain tensors, batch axis first.
+/// \file
+/// kvmap::vmap: a function written for one sample, vectorized with functorch over the split
+/// axis of DistViews on every rank, on zero-copy views of the local shards, chunked by a
+/// Kokkos policy over the batch. kvmap::map_batches: the same scheduler for a function that
+/// is already batch-aware (an AOTInductor or TorchScript model written for batches): it
+/// receives each chunk as plain tensors, batch axis first.
 #include <ATen/core/Tensor.h>
 
 #include <array>
@@ -22,28 +23,34 @@
 
 namespace kvmap {
 
+/// How torch's own random functions behave inside f under kvmap::vmap (torch.vmap's
+/// `randomness`): Error raises, Different draws per sample, Same draws once for all samples.
 enum class Randomness { Error, Different, Same };
+/// "error", "different", "same".
 const char* name(Randomness r);
 
-// Fluent options: VmapOptions().out_dims({0, 1}).chunk_size(8). Setters validate.
+/// Fluent options: VmapOptions().out_dims({0, 1}).chunk_size(8). Setters validate.
 class VmapOptions {
  public:
-  // One per output; a single value applies to all outputs. Negative dims count from the end.
+  /// One per output; a single value applies to all outputs. Negative dims count from the end.
   VmapOptions& out_dims(std::vector<std::int64_t> dims);
-  // How torch's own random functions behave inside f under vmap (as torch.vmap's
-  // randomness). map_batches accepts only the default: there f is an ordinary batched call.
+  /// How torch's own random functions behave inside f under vmap (as torch.vmap's
+  /// randomness). map_batches accepts only the default: there f is an ordinary batched call.
   VmapOptions& randomness(Randomness r);
-  // Samples per chunk, per process (>= 1); std::nullopt: the whole local batch at once.
+  /// Samples per chunk, per process (>= 1); std::nullopt: the whole local batch at once.
   VmapOptions& chunk_size(std::optional<std::int64_t> c);
-  // Chunks in flight at once (>= 1), on the host execution space's threads, each under the
-  // caller's torch thread-local state: f must then be thread-safe. One at a time on
-  // LibTorch < 2.0 (functorch's bookkeeping there is not thread-safe) and in Same mode.
+  /// Chunks in flight at once (>= 1), on the host execution space's threads, each under the
+  /// caller's torch thread-local state: f must then be thread-safe. One at a time on
+  /// LibTorch < 2.0 (functorch's bookkeeping there is not thread-safe) and in Same mode.
   VmapOptions& concurrency(int chunks_in_flight);
 
+  /// The values the setters above set.
+  ///@{
   const std::vector<std::int64_t>& out_dims() const { return out_dims_; }
   Randomness randomness() const { return randomness_; }
   std::optional<std::int64_t> chunk_size() const { return chunk_size_; }
   int concurrency() const { return concurrency_; }
+  ///@}
 
  private:
   std::vector<std::int64_t> out_dims_{0};
@@ -52,13 +59,15 @@ class VmapOptions {
   int concurrency_ = 1;
 };
 
-// Inside a function run by kvmap::vmap: per-sample random tensors of `shape` whose values
-// depend only on (kvmap seed, global sample index, call order) — the same for any number
-// of ranks and any chunk size. Inside kvmap::map_batches: the chunk's samples' values, as a
-// plain tensor [chunk length, *shape] (the same values as vmap gives each sample). Error
-// outside both.
+/// Inside a function run by kvmap::vmap: per-sample random tensors of `shape` whose values
+/// depend only on (kvmap seed, global sample index, call order) — the same for any number
+/// of ranks and any chunk size. Inside kvmap::map_batches: the chunk's samples' values, as a
+/// plain tensor [chunk length, *shape] (the same values as vmap gives each sample). Error
+/// outside both. Uniform in [0, 1) / standard normal.
+///@{
 at::Tensor sample_uniform(at::IntArrayRef shape, at::ScalarType dtype = at::kFloat);
 at::Tensor sample_normal(at::IntArrayRef shape, at::ScalarType dtype = at::kFloat);
+///@}
 
 namespace Impl {
 
@@ -75,7 +84,7 @@ template <class M, class Next>
 struct pick_memory_space<DistView<M>, Next> {
   using type = M;
 };
-// The memory space of the first DistView argument (outputs live there).
+/// The memory space of the first DistView argument (outputs live there).
 template <class... Args>
 struct first_memory_space {
   using type = Kokkos::DefaultExecutionSpace::memory_space;
@@ -85,7 +94,7 @@ struct first_memory_space<A, Rest...> {
   using type = typename pick_memory_space<A, first_memory_space<Rest...>>::type;
 };
 
-// What f receives for an argument of type A: a tensor for DistViews, A itself otherwise.
+/// What f receives for an argument of type A: a tensor for DistViews, A itself otherwise.
 template <class A>
 using bound_t = std::conditional_t<is_dist_view<std::decay_t<A>>::value, at::Tensor,
                                    std::add_lvalue_reference_t<std::remove_reference_t<A>>>;
@@ -132,12 +141,19 @@ struct output_traits<std::tuple<Ts...>> {
 
 }  // namespace Impl
 
+/// What kvmap::vmap(f, options) and kvmap::map_batches(f, options) return: call it with
+/// DistViews (mapped along their split axes; replicated ones and other arguments are passed
+/// whole) to run f on every sample (vmap) or every chunk (map_batches); returns a DistView,
+/// or a `std::tuple` or `std::vector` of them, as f returns a tensor or several.
 template <class F>
 class Vmapped {
  public:
+  /// kvmap::vmap and kvmap::map_batches make it.
   Vmapped(F f, VmapOptions options, Impl::Mapping mapping = Impl::Mapping::Samples)
       : f_(std::move(f)), options_(std::move(options)), mapping_(mapping) {}
 
+  /// Runs f over the arguments' samples (collective over the first DistView's
+  /// communicator): validation, the local chunks, one agreement, the outputs.
   template <class... Args>
   auto operator()(Args&&... args) const {
     using M = typename Impl::first_memory_space<std::decay_t<Args>...>::type;
@@ -175,6 +191,7 @@ class Vmapped {
         arrays.data(), narrays, tensors, options_, mapping_, Impl::ArgsCall(call)));
   }
 
+  /// The options it runs with.
   const VmapOptions& options() const { return options_; }
 
  private:
@@ -203,15 +220,15 @@ class Vmapped {
   Impl::Mapping mapping_;
 };
 
-// vmap(f, options)(args...): see the README ("vmap") and the members of Vmapped above.
+/// vmap(f, options)(args...): see the README ("vmap") and the members of Vmapped above.
 template <class F>
 Vmapped<F> vmap(F f, VmapOptions options = {}) {
   return Vmapped<F>(std::move(f), std::move(options));
 }
 
-// map_batches(f, options)(args...): as vmap, but f receives each chunk's tensors with the
-// batch axis first as plain tensors (no functorch) and returns tensors whose first axis is
-// the chunk length; each output's batch axis then moves to its out_dim. See the README.
+/// map_batches(f, options)(args...): as vmap, but f receives each chunk's tensors with the
+/// batch axis first as plain tensors (no functorch) and returns tensors whose first axis is
+/// the chunk length; each output's batch axis then moves to its out_dim. See the README.
 template <class F>
 Vmapped<F> map_batches(F f, VmapOptions options = {}) {
   return Vmapped<F>(std::move(f), std::move(options), Impl::Mapping::Batches);
