@@ -20,10 +20,10 @@
 #include <thread>
 
 #include "kvmap/config.hpp"
-#include "detail/mpi_transport.hpp"  // reductions of the contenders' figures over ranks
+#include "detail/platform/mpi_transport.hpp"  // reductions of the contenders' figures over ranks
 #include "kvmap/kvmap.hpp"
 #include "kvmap/tensor_bridge.hpp"
-#include "detail/tensor_bridge.hpp"
+#include "detail/platform/tensor_bridge.hpp"
 
 namespace kvmap_perf {
 
@@ -58,7 +58,7 @@ std::vector<Timing> measure_interleaved(const kvmap::Comm& comm, const Settings&
       if (!on_host()) Kokkos::fence();
       const double dt =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      samples[k].push_back(kvmap::Impl::transport(comm).allreduce_max(dt));
+      samples[k].push_back(kvmap::Detail::transport(comm).allreduce_max(dt));
     }
   }
   std::vector<Timing> out;
@@ -72,7 +72,7 @@ bool on_host() {
 }
 
 at::Device data_device() {
-  return kvmap::Impl::torch_device(kvmap::Impl::device_of<kvmap::DistView<>::memory_space>());
+  return kvmap::Detail::torch_device(kvmap::Impl::device_of<kvmap::DistView<>::memory_space>());
 }
 
 Timing measure(const kvmap::Comm& comm, const Settings& s, const std::function<void()>& op,

@@ -5,7 +5,7 @@
 #include <torch/script.h>
 
 #include "harness.hpp"
-#include "detail/mpi_transport.hpp"  // reductions of the contenders' figures over ranks
+#include "detail/platform/mpi_transport.hpp"  // reductions of the contenders' figures over ranks
 #include "kvmap/kvmap.hpp"
 
 namespace kvmap_perf {
@@ -63,7 +63,7 @@ void scenario_models(Report& report) {
     auto samples = kvmap::vmap(call);
     const Expected expected = potential_expected(model, call(xl), xl);
     auto error_over_bound = [&](const char* contender, const at::Tensor& result) {
-      return kvmap::Impl::transport(comm).allreduce_max(
+      return kvmap::Detail::transport(comm).allreduce_max(
           require_close("models", case_name, contender, result, expected));
     };
     const double e_direct = error_over_bound("direct batched call", expected.direct);

@@ -1,6 +1,6 @@
 // Scenario "scale": what one call costs a rank as the number of ranks grows, beyond the
 // machine's cores. kvmap's real code paths (vmap, balance, a factory) run on an emulated
-// communicator of P ranks (kvmap::Impl::emulated_comm: this process plays one rank, no MPI
+// communicator of P ranks (kvmap::Detail::emulated_comm: this process plays one rank, no MPI
 // call is made, every other rank is taken to do the same), timed and counted in bytes
 // allocated per call; then a latency-bandwidth projection of the agreement and of balance at
 // each P, with its parameters printed.
@@ -11,7 +11,7 @@
 
 #include "harness.hpp"
 #include "kvmap/kvmap.hpp"
-#include "detail/testing.hpp"
+#include "detail/testing/hooks.hpp"
 
 namespace kvmap_perf {
 
@@ -106,7 +106,7 @@ void scenario_scale(Report& report) {
   for (int P : ranks) {
     report.progress("scale: emulated P = " + std::to_string(P));
     const int me = P / 2;
-    const kvmap::Comm comm = kvmap::Impl::emulated_comm(me, P);
+    const kvmap::Comm comm = kvmap::Detail::emulated_comm(me, P);
     const std::string at_p = " P=" + std::to_string(P);
     // Inputs of P ranks: this rank's shard, laid out balanced and uneven.
     View even = View::from_local(at::randn({local, cols}), 0, comm);

@@ -9,8 +9,8 @@
 #endif
 
 #include "harness.hpp"
-#include "detail/torch_compat.hpp"
-#include "detail/mpi_transport.hpp"  // reductions of the contenders' figures over ranks
+#include "detail/platform/torch_compat.hpp"
+#include "detail/platform/mpi_transport.hpp"  // reductions of the contenders' figures over ranks
 #include "kvmap/kvmap.hpp"
 
 namespace kvmap_perf {
@@ -28,7 +28,7 @@ at::Tensor seeded_randn(at::IntArrayRef shape, std::uint64_t seed) {
 // The same batch through functorch directly: one vmap level around the local tensor.
 at::Tensor raw_functorch(const std::function<at::Tensor(const at::Tensor&)>& f,
                          const at::Tensor& x) {
-  namespace tc = kvmap::Impl::torch_compat;
+  namespace tc = kvmap::Detail::torch_compat;
   auto lock = tc::vmap_region_lock();
   tc::VmapLevel level(x.size(0), tc::VmapRandomness::Error);
   return level.remove_batch_dim(f(level.add_batch_dim(x, 0)), 0);
@@ -88,7 +88,7 @@ void scenario_overhead(Report& report) {
       const Expected expected = fn.expected(fn.batched(xl), xl);
       // Every contender against float64, each within the bound of its own rounding.
       auto error_over_bound = [&](const char* contender, const at::Tensor& result) {
-        return kvmap::Impl::transport(comm).allreduce_max(
+        return kvmap::Detail::transport(comm).allreduce_max(
             require_close("overhead", case_name, contender, result, expected));
       };
       const double e_direct = error_over_bound("direct batched", expected.direct);
@@ -223,7 +223,7 @@ void scenario_chunks(Report& report) {
     const std::string name = cs ? "chunk_size=" + std::to_string(*cs) : std::string("unchunked");
     report.progress("chunks: " + name + " at " + std::to_string(n) + " samples");
     auto vf = kvmap::vmap(f, kvmap::VmapOptions().chunk_size(cs));
-    const double error_over_bound = kvmap::Impl::transport(comm).allreduce_max(
+    const double error_over_bound = kvmap::Detail::transport(comm).allreduce_max(
         require_close("chunks", case_name, name, vf(x).local(), expected));
     const double peak = peaks[i];
     // Interleaved with the unchunked call, so the ratio survives drifts.
@@ -249,7 +249,7 @@ void scenario_chunks(Report& report) {
     report.progress("chunks: " + name);
     auto one = kvmap::vmap(f, kvmap::VmapOptions().chunk_size(cs));
     auto two = kvmap::vmap(f, kvmap::VmapOptions().chunk_size(cs).concurrency(2));
-    const double error_over_bound = kvmap::Impl::transport(comm).allreduce_max(
+    const double error_over_bound = kvmap::Detail::transport(comm).allreduce_max(
         require_close("chunks", case_name, name, two(x).local(), expected));
     const auto both = measure_interleaved(comm, report.settings(),
                                           {[&] { View y = two(x); }, [&] { View y = one(x); }}, 0);
@@ -337,12 +337,12 @@ void scenario_zero_copy(Report& report) {
     const bool ok = c.returns_input
                         ? copied == shard && y.local().data_ptr() != x.local().data_ptr()
                         : copied == 0;
-    require_same(kvmap::Impl::transport(comm).allreduce_max(ok ? 0.0 : 1.0) == 0.0 &&
+    require_same(kvmap::Detail::transport(comm).allreduce_max(ok ? 0.0 : 1.0) == 0.0 &&
                      y.local().data_ptr() != nullptr,
                  "zero-copy",
                  std::string(c.name) + " (copied " + std::to_string(copied) + " bytes on rank " +
                      std::to_string(comm.rank()) + ")");
-    const double worst = kvmap::Impl::transport(comm).allreduce_max(copied);
+    const double worst = kvmap::Detail::transport(comm).allreduce_max(copied);
     report.add({"zero-copy",
                 c.name,
                 "kvmap::vmap unchunked",

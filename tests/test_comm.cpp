@@ -3,9 +3,9 @@
 // arithmetic, never kvmap itself. Any number of ranks; every rank takes the same collective
 // path.
 #include "support/kvmap_test.hpp"
-#include "detail/comm.hpp"
-#include "detail/collective.hpp"  // message_of
-#include "detail/testing.hpp"
+#include "detail/platform/comm.hpp"
+#include "detail/collective/collective.hpp"  // message_of
+#include "detail/testing/hooks.hpp"
 
 #include <mpi.h>
 
@@ -18,7 +18,7 @@
 #include <vector>
 
 using kvmap::Comm;
-namespace Impl = kvmap::Impl;
+namespace Detail = kvmap::Detail;
 using kvmap::DType;
 
 namespace {
@@ -53,7 +53,7 @@ void check_bcast_bytes(const kvmap::Comm& comm, int root, int salt) {
   const std::size_t n = 1000;
   Bytes got = comm.rank() == root ? bytes_of(root, n, salt) : Bytes(n, 0xee);
   Bytes ref = got;
-  kvmap::Impl::transport(comm).bcast_bytes(got.data(), n, root);
+  kvmap::Detail::transport(comm).bcast_bytes(got.data(), n, root);
   MPI_Bcast(ref.data(), static_cast<int>(n), MPI_BYTE, root, MPI_COMM_WORLD);
   CHECK(got == ref);
   CHECK(got == bytes_of(root, n, salt));
@@ -61,10 +61,10 @@ void check_bcast_bytes(const kvmap::Comm& comm, int root, int salt) {
 
 // Lowers the MPI count limit for one scope and restores it, passing or failing.
 struct CountLimit {
-  explicit CountLimit(std::size_t limit) : saved(kvmap::Impl::mpi_count_limit()) {
-    kvmap::Impl::set_mpi_count_limit(limit);
+  explicit CountLimit(std::size_t limit) : saved(kvmap::Detail::mpi_count_limit()) {
+    kvmap::Detail::set_mpi_count_limit(limit);
   }
-  ~CountLimit() { kvmap::Impl::set_mpi_count_limit(saved); }
+  ~CountLimit() { kvmap::Detail::set_mpi_count_limit(saved); }
   CountLimit(const CountLimit&) = delete;
   CountLimit& operator=(const CountLimit&) = delete;
   const std::size_t saved;
@@ -84,8 +84,8 @@ void check_sum_and_max(const Comm& comm, DType dtype, MPI_Datatype mpi_type, std
   std::vector<T> mine(n);
   for (std::size_t i = 0; i < n; ++i) mine[i] = static_cast<T>(value_of(me, i));
   std::vector<T> sum = mine, max = mine;
-  kvmap::Impl::transport(comm).allreduce_sum(sum.data(), n, dtype);
-  kvmap::Impl::transport(comm).allreduce_max(max.data(), n, dtype);
+  kvmap::Detail::transport(comm).allreduce_sum(sum.data(), n, dtype);
+  kvmap::Detail::transport(comm).allreduce_max(max.data(), n, dtype);
   std::vector<T> ref_sum(n), ref_max(n);
   MPI_Allreduce(mine.data(), ref_sum.data(), static_cast<int>(n), mpi_type, MPI_SUM,
                 MPI_COMM_WORLD);
@@ -104,8 +104,8 @@ void check_sum_and_max(const Comm& comm, DType dtype, MPI_Datatype mpi_type, std
   CHECK(sum == plain_sum);
   CHECK(max == plain_max);
   // The typed one-value forms.
-  CHECK(kvmap::Impl::transport(comm).allreduce_sum(mine[0]) == ref_sum[0]);
-  CHECK(kvmap::Impl::transport(comm).allreduce_max(mine[n - 1]) == ref_max[n - 1]);
+  CHECK(kvmap::Detail::transport(comm).allreduce_sum(mine[0]) == ref_sum[0]);
+  CHECK(kvmap::Detail::transport(comm).allreduce_max(mine[n - 1]) == ref_max[n - 1]);
 }
 
 // A record {min, max, sum} of int64 values and the MPI user function that combines two.
@@ -162,8 +162,8 @@ struct Pattern {
     }
     return out;
   }
-  Impl::Messages plan(int me) const {
-    Impl::Messages x;
+  Detail::Messages plan(int me) const {
+    Detail::Messages x;
     for (int q = 0; q < P; ++q) x.send(q, send_offset(me, q), len(me, q));
     for (int r = 0; r < P; ++r) x.recv(r, recv_offset(me, r), len(r, me));
     return x;
@@ -249,14 +249,14 @@ TEST_CASE("comm: next_sequence counts per user communicator, shared by all its C
   const Comm a(user), b(user), c(other);
   MPI_Comm_free(&user);
   MPI_Comm_free(&other);
-  CHECK(kvmap::Impl::next_sequence(a, 3) == 1);
-  CHECK(kvmap::Impl::next_sequence(b, 3) == 2);  // b is a Comm of the same communicator
-  CHECK(kvmap::Impl::next_sequence(Comm(a), 3) == 3);
-  CHECK(kvmap::Impl::next_sequence(c, 3) == 1);  // another communicator: its own sequence
-  CHECK(kvmap::Impl::next_sequence(a, 4) == 1);  // a new epoch starts again at 1
-  CHECK(kvmap::Impl::next_sequence(b, 4) == 2);
-  CHECK(kvmap::Impl::next_sequence(b, 3) == 1);
-  CHECK(kvmap::Impl::next_sequence(c, 3) == 2);
+  CHECK(kvmap::Detail::next_sequence(a, 3) == 1);
+  CHECK(kvmap::Detail::next_sequence(b, 3) == 2);  // b is a Comm of the same communicator
+  CHECK(kvmap::Detail::next_sequence(Comm(a), 3) == 3);
+  CHECK(kvmap::Detail::next_sequence(c, 3) == 1);  // another communicator: its own sequence
+  CHECK(kvmap::Detail::next_sequence(a, 4) == 1);  // a new epoch starts again at 1
+  CHECK(kvmap::Detail::next_sequence(b, 4) == 2);
+  CHECK(kvmap::Detail::next_sequence(b, 3) == 1);
+  CHECK(kvmap::Detail::next_sequence(c, 3) == 2);
 }
 
 TEST_CASE("comm: collectives deliver what the raw MPI call on the world delivers") {
@@ -268,7 +268,7 @@ TEST_CASE("comm: collectives deliver what the raw MPI call on the world delivers
     const std::size_t n = 13;
     const Bytes mine = bytes_of(me, n, 1);
     Bytes got(n * P, 0), ref(n * P, 0), plain;
-    kvmap::Impl::transport(comm).allgather_bytes(mine.data(), n, got.data());
+    kvmap::Detail::transport(comm).allgather_bytes(mine.data(), n, got.data());
     MPI_Allgather(mine.data(), static_cast<int>(n), MPI_BYTE, ref.data(), static_cast<int>(n),
                   MPI_BYTE, MPI_COMM_WORLD);
     CHECK(got == ref);
@@ -292,7 +292,7 @@ TEST_CASE("comm: collectives deliver what the raw MPI call on the world delivers
     mine.value = 0.25 * me - 1.0;
     mine.tag[0] = 'r';
     mine.tag[1] = static_cast<char>('0' + me % 10);
-    const std::vector<Record> got = kvmap::Impl::transport(comm).allgather(mine);
+    const std::vector<Record> got = kvmap::Detail::transport(comm).allgather(mine);
     std::vector<Record> ref(static_cast<std::size_t>(P));
     MPI_Allgather(&mine, sizeof(Record), MPI_BYTE, ref.data(), sizeof(Record), MPI_BYTE,
                   MPI_COMM_WORLD);
@@ -310,9 +310,9 @@ TEST_CASE("comm: collectives deliver what the raw MPI call on the world delivers
     INFO("root " << root);
     check_bcast_bytes(comm, root, 2);
     const auto text = [](int r) { return "rank " + std::to_string(r) + std::string(5 * r, 'x'); };
-    CHECK(kvmap::Impl::transport(comm).bcast_string(text(me), root) == text(root));
+    CHECK(kvmap::Detail::transport(comm).bcast_string(text(me), root) == text(root));
     // Root's empty string, whatever the others pass.
-    CHECK(kvmap::Impl::transport(comm)
+    CHECK(kvmap::Detail::transport(comm)
               .bcast_string(me == root ? std::string() : text(me), root)
               .empty());
   }
@@ -326,10 +326,10 @@ TEST_CASE("comm: collectives deliver what the raw MPI call on the world delivers
   // Refused on every rank before any MPI call: max of complex values, 16-bit floats.
   {
     float c[2] = {1.0f, 2.0f};
-    CHECK_THROWS_AS(kvmap::Impl::transport(comm).allreduce_max(c, 1, DType::Complex64),
+    CHECK_THROWS_AS(kvmap::Detail::transport(comm).allreduce_max(c, 1, DType::Complex64),
                     kvmap::TypeError);
     std::uint16_t h = 0;
-    CHECK_THROWS_AS(kvmap::Impl::transport(comm).allreduce_sum(&h, 1, DType::Float16),
+    CHECK_THROWS_AS(kvmap::Detail::transport(comm).allreduce_sum(&h, 1, DType::Float16),
                     kvmap::TypeError);
   }
 
@@ -337,7 +337,7 @@ TEST_CASE("comm: collectives deliver what the raw MPI call on the world delivers
   {
     const std::int64_t v = 1000 * static_cast<std::int64_t>(value_of(me, 5)) + me;
     MinMaxSum rec{v, v, v};
-    kvmap::Impl::transport(comm).allreduce_bytes(&rec, sizeof rec, combine_min_max_sum);
+    kvmap::Detail::transport(comm).allreduce_bytes(&rec, sizeof rec, combine_min_max_sum);
     std::int64_t lo = 0, hi = 0, sum = 0;
     MPI_Allreduce(&v, &lo, 1, MPI_INT64_T, MPI_MIN, MPI_COMM_WORLD);
     MPI_Allreduce(&v, &hi, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
@@ -361,8 +361,8 @@ TEST_CASE("comm: collectives deliver what the raw MPI call on the world delivers
     }
     const Bytes mine = bytes_of(me, static_cast<std::size_t>(count(me)), 3);
     Bytes got(static_cast<std::size_t>(at), 0xee), ref = got;
-    kvmap::Impl::transport(comm).allgatherv_bytes(mine.data(), count(me), got.data(), counts,
-                                                  displs);
+    kvmap::Detail::transport(comm).allgatherv_bytes(mine.data(), count(me), got.data(), counts,
+                                                    displs);
     MPI_Allgatherv(mine.data(), count(me), MPI_BYTE, ref.data(), counts.data(), displs.data(),
                    MPI_BYTE, MPI_COMM_WORLD);
     Bytes plain(static_cast<std::size_t>(at), 0xee);
@@ -394,15 +394,15 @@ TEST_CASE("comm: collectives deliver what the raw MPI call on the world delivers
     for (int i = 0; i < rows; ++i) {
       for (int p = 0; p < P; ++p) send[i * P + p] = value(me, p, i);
     }
-    Impl::PeerTypes send_types(P), recv_types(P);
+    Detail::PeerTypes send_types(P), recv_types(P);
     std::vector<int> counts(P, 0), displs(P, 0);
     for (int p = 0; p < P; ++p) {
       displs[p] = p * rows;
       for (int i = 0; i < rows; ++i) packed[p * rows + i] = send[i * P + p];
       if (!exchanges(p)) continue;
       counts[p] = rows;
-      const Impl::MpiDatatype column = Impl::box_type({rows}, {4 * P}, 4, 4 * p);
-      const Impl::MpiDatatype row = Impl::box_type({rows}, {4}, 4, 4 * rows * p);
+      const Detail::MpiDatatype column = Detail::box_type({rows}, {4 * P}, 4, 4 * p);
+      const Detail::MpiDatatype row = Detail::box_type({rows}, {4}, 4, 4 * rows * p);
       int column_bytes = 0;
       MPI_Type_size(column.raw(), &column_bytes);
       CHECK(column_bytes == 4 * rows);
@@ -413,7 +413,7 @@ TEST_CASE("comm: collectives deliver what the raw MPI call on the world delivers
     for (int p = 0; p < P; ++p) partners += exchanges(p) ? 1 : 0;
     CHECK(send_types.bytes() == partners * 4 * rows);
     CHECK(recv_types.bytes() == partners * 4 * rows);
-    kvmap::Impl::transport(comm).alltoallw(send.data(), send_types, got.data(), recv_types);
+    kvmap::Detail::transport(comm).alltoallw(send.data(), send_types, got.data(), recv_types);
     MPI_Alltoallv(packed.data(), counts.data(), displs.data(), MPI_INT32_T, ref.data(),
                   counts.data(), displs.data(), MPI_INT32_T, MPI_COMM_WORLD);
     CHECK(got == ref);
@@ -430,59 +430,59 @@ TEST_CASE("comm: Exchange delivers point-to-point messages at their offsets, to 
   const int me = mpi_rank(), P = mpi_size();
   const Comm comm = Comm::world();
   const Pattern pattern{P, 7};
-  Impl::Messages x = pattern.plan(me);
-  CHECK(x.size() == pattern.messages(me, kvmap::Impl::mpi_count_limit()));
+  Detail::Messages x = pattern.plan(me);
+  CHECK(x.size() == pattern.messages(me, kvmap::Detail::mpi_count_limit()));
   Bytes recv(pattern.recv_bytes(me), 0xee);
   // Planned once, run any number of times: again with other data.
   for (int salt : {4, 5}) {
     INFO("run " << salt - 3);
     const Bytes send = pattern.send_buffer(me, salt);
-    kvmap::Impl::transport(comm).run(x, send.data(), recv.data());
+    kvmap::Detail::transport(comm).run(x, send.data(), recv.data());
     CHECK(recv == pattern.expected_recv(me, salt));
   }
   // With Comm::self(): one message to self.
   const Comm self = Comm::self();
-  Impl::Messages alone;
+  Detail::Messages alone;
   const Bytes data = bytes_of(me, 40, 6);
   alone.send(0, 10, 20);
   alone.recv(0, 3, 20);
   CHECK(alone.size() == 2);
   Bytes got(30, 0xee), expect(30, 0xee);
   std::copy(data.begin() + 10, data.begin() + 30, expect.begin() + 3);
-  kvmap::Impl::transport(self).run(alone, data.data(), got.data());
+  kvmap::Detail::transport(self).run(alone, data.data(), got.data());
   CHECK(got == expect);
 }
 
 TEST_CASE("comm: under a small MPI count limit, large transfers arrive bit-identical") {
   const int me = mpi_rank(), P = mpi_size();
   const Comm comm = Comm::world();
-  const std::size_t saved = kvmap::Impl::mpi_count_limit();
+  const std::size_t saved = kvmap::Detail::mpi_count_limit();
   {
     CountLimit limit(7);
-    REQUIRE(kvmap::Impl::mpi_count_limit() == 7);
+    REQUIRE(kvmap::Detail::mpi_count_limit() == 7);
     // bcast_bytes and bcast_string in pieces of 7 bytes, against one unlimited MPI_Bcast.
     for (int root : {0, P - 1}) {
       INFO("root " << root);
       check_bcast_bytes(comm, root, 7);
       const std::string text(100, static_cast<char>('a' + root % 26));
-      CHECK(kvmap::Impl::transport(comm).bcast_string(me == root ? text : std::string(3, '?'),
-                                                      root) == text);
+      CHECK(kvmap::Detail::transport(comm).bcast_string(me == root ? text : std::string(3, '?'),
+                                                        root) == text);
     }
     // Reductions in pieces of 7 elements.
     check_sum_and_max<std::int64_t>(comm, DType::Int64, MPI_INT64_T, 50);
     check_sum_and_max<double>(comm, DType::Float64, MPI_DOUBLE, 50);
     // Exchange: messages of about 1000 bytes cut into pieces of 7, the same on both sides.
     const Pattern pattern{P, 1000};
-    Impl::Messages x = pattern.plan(me);
+    Detail::Messages x = pattern.plan(me);
     CHECK(x.size() == pattern.messages(me, 7));
     Bytes recv(pattern.recv_bytes(me), 0xee);
     const Bytes send = pattern.send_buffer(me, 8);
-    kvmap::Impl::transport(comm).run(x, send.data(), recv.data());
+    kvmap::Detail::transport(comm).run(x, send.data(), recv.data());
     CHECK(recv == pattern.expected_recv(me, 8));
     // Box datatypes whose contiguous run or extent exceeds the limit are refused (locally).
-    CHECK_THROWS_AS(Impl::box_type({100}, {1}, 1, 0), kvmap::ValueError);
-    CHECK_THROWS_AS(Impl::box_type({100}, {16}, 4, 0), kvmap::ValueError);
-    const Impl::MpiDatatype fits = Impl::box_type({7}, {16}, 4, 0);
+    CHECK_THROWS_AS(Detail::box_type({100}, {1}, 1, 0), kvmap::ValueError);
+    CHECK_THROWS_AS(Detail::box_type({100}, {16}, 4, 0), kvmap::ValueError);
+    const Detail::MpiDatatype fits = Detail::box_type({7}, {16}, 4, 0);
     int bytes = 0;
     MPI_Type_size(fits.raw(), &bytes);
     CHECK(bytes == 28);
@@ -490,26 +490,26 @@ TEST_CASE("comm: under a small MPI count limit, large transfers arrive bit-ident
     if (P > 1) {
       Bytes mine(8, 1), all(8 * P);
       CHECK_THROWS_AS(
-          kvmap::Impl::transport(comm).allgather_bytes(mine.data(), mine.size(), all.data()),
+          kvmap::Detail::transport(comm).allgather_bytes(mine.data(), mine.size(), all.data()),
           kvmap::Error);
     }
   }
-  CHECK(kvmap::Impl::mpi_count_limit() == saved);
+  CHECK(kvmap::Detail::mpi_count_limit() == saved);
 }
 
 TEST_CASE("comm: an emulated communicator reports its rank and size and makes no MPI call") {
   for (int size : {1, 3, 64}) {
     for (int r : {0, size / 2, size - 1}) {
-      const Comm e = kvmap::Impl::emulated_comm(r, size);
+      const Comm e = kvmap::Detail::emulated_comm(r, size);
       CHECK(e.rank() == r);
       CHECK(e.size() == size);
     }
   }
-  CHECK_THROWS_AS(kvmap::Impl::emulated_comm(0, 0), kvmap::ValueError);
-  CHECK_THROWS_AS(kvmap::Impl::emulated_comm(3, 3), kvmap::ValueError);
-  CHECK_THROWS_AS(kvmap::Impl::emulated_comm(-1, 2), kvmap::ValueError);
+  CHECK_THROWS_AS(kvmap::Detail::emulated_comm(0, 0), kvmap::ValueError);
+  CHECK_THROWS_AS(kvmap::Detail::emulated_comm(3, 3), kvmap::ValueError);
+  CHECK_THROWS_AS(kvmap::Detail::emulated_comm(-1, 2), kvmap::ValueError);
 
-  const Comm e = kvmap::Impl::emulated_comm(2, 5), f = kvmap::Impl::emulated_comm(2, 5);
+  const Comm e = kvmap::Detail::emulated_comm(2, 5), f = kvmap::Detail::emulated_comm(2, 5);
   CHECK(e.id() != f.id());
   CHECK(e.id() != Comm::world().id());
   // There is no MPI communicator to call: raw() refuses, so no collective or message below
@@ -518,53 +518,53 @@ TEST_CASE("comm: an emulated communicator reports its rank and size and makes no
   const kvmap::Stats before = kvmap::stats();
   e.barrier();
   // Gathers repeat this rank's contribution.
-  const std::vector<int> all = kvmap::Impl::transport(e).allgather(42);
+  const std::vector<int> all = kvmap::Detail::transport(e).allgather(42);
   CHECK(all == std::vector<int>(5, 42));
   const Bytes mine = bytes_of(2, 6, 9);
   Bytes gathered(6 * 5, 0);
-  kvmap::Impl::transport(e).allgather_bytes(mine.data(), mine.size(), gathered.data());
+  kvmap::Detail::transport(e).allgather_bytes(mine.data(), mine.size(), gathered.data());
   for (int r = 0; r < 5; ++r) {
     CHECK(Bytes(gathered.begin() + 6 * r, gathered.begin() + 6 * (r + 1)) == mine);
   }
   // Broadcasts and reductions leave this rank's values as they are.
   Bytes data = mine;
-  kvmap::Impl::transport(e).bcast_bytes(data.data(), data.size(), 0);
+  kvmap::Detail::transport(e).bcast_bytes(data.data(), data.size(), 0);
   CHECK(data == mine);
-  CHECK(kvmap::Impl::transport(e).bcast_string("mine", 2) == "mine");
-  CHECK(kvmap::Impl::transport(e).bcast_string("mine", 0) ==
+  CHECK(kvmap::Detail::transport(e).bcast_string("mine", 2) == "mine");
+  CHECK(kvmap::Detail::transport(e).bcast_string("mine", 0) ==
         "mine");  // root is taken to pass what this rank passes
   // allgatherv repeats this rank's block at every rank's displacement.
   Bytes gathered_v(40, 0xee);
-  kvmap::Impl::transport(e).allgatherv_bytes(mine.data(), 6, gathered_v.data(), {6, 6, 6, 6, 6},
-                                             {34, 0, 20, 7, 13});
+  kvmap::Detail::transport(e).allgatherv_bytes(mine.data(), 6, gathered_v.data(), {6, 6, 6, 6, 6},
+                                               {34, 0, 20, 7, 13});
   for (int at : {34, 0, 20, 7, 13}) {
     CHECK(Bytes(gathered_v.begin() + at, gathered_v.begin() + at + 6) == mine);
   }
   std::vector<double> values{1.5, -2.0, 3.0};
-  kvmap::Impl::transport(e).allreduce_sum(values.data(), values.size(), DType::Float64);
-  kvmap::Impl::transport(e).allreduce_max(values.data(), values.size(), DType::Float64);
+  kvmap::Detail::transport(e).allreduce_sum(values.data(), values.size(), DType::Float64);
+  kvmap::Detail::transport(e).allreduce_max(values.data(), values.size(), DType::Float64);
   CHECK(values == std::vector<double>{1.5, -2.0, 3.0});
-  CHECK(kvmap::Impl::transport(e).allreduce_sum(std::int64_t{5}) == 5);
-  CHECK(kvmap::Impl::transport(e).allreduce_max(7.0) == 7.0);
+  CHECK(kvmap::Detail::transport(e).allreduce_sum(std::int64_t{5}) == 5);
+  CHECK(kvmap::Detail::transport(e).allreduce_max(7.0) == 7.0);
   MinMaxSum rec{1, 2, 3};
-  kvmap::Impl::transport(e).allreduce_bytes(&rec, sizeof rec, combine_min_max_sum);
+  kvmap::Detail::transport(e).allreduce_bytes(&rec, sizeof rec, combine_min_max_sum);
   CHECK(rec.min == 1);
   CHECK(rec.max == 2);
   CHECK(rec.sum == 3);
   // Point-to-point messages are not sent: the receive buffer keeps its bytes.
-  Impl::Messages x;
+  Detail::Messages x;
   x.send(0, 0, 6);
   x.send(4, 0, 6);
   x.recv(1, 0, 6);
   x.recv(3, 6, 6);
   Bytes recv(12, 0xee);
-  kvmap::Impl::transport(e).run(x, mine.data(), recv.data());
+  kvmap::Detail::transport(e).run(x, mine.data(), recv.data());
   CHECK(recv == Bytes(12, 0xee));
-  Impl::PeerTypes send_types(5), recv_types(5);
-  send_types.set(1, Impl::box_type({6}, {1}, 1, 0));
-  recv_types.set(3, Impl::box_type({6}, {1}, 1, 0));
+  Detail::PeerTypes send_types(5), recv_types(5);
+  send_types.set(1, Detail::box_type({6}, {1}, 1, 0));
+  recv_types.set(3, Detail::box_type({6}, {1}, 1, 0));
   Bytes all_recv(6, 0xee);
-  kvmap::Impl::transport(e).alltoallw(mine.data(), send_types, all_recv.data(), recv_types);
+  kvmap::Detail::transport(e).alltoallw(mine.data(), send_types, all_recv.data(), recv_types);
   CHECK(all_recv == Bytes(6, 0xee));
   // Nothing was counted as a collective or as received.
   const kvmap::Stats after = kvmap::stats();
@@ -573,11 +573,11 @@ TEST_CASE("comm: an emulated communicator reports its rank and size and makes no
 }
 
 TEST_CASE("comm: message_of gives an exception's message") {
-  CHECK(kvmap::Impl::message_of(nullptr).empty());
-  CHECK(kvmap::Impl::message_of(std::make_exception_ptr(std::runtime_error("went wrong"))) ==
+  CHECK(kvmap::Detail::message_of(nullptr).empty());
+  CHECK(kvmap::Detail::message_of(std::make_exception_ptr(std::runtime_error("went wrong"))) ==
         "went wrong");
-  CHECK(kvmap::Impl::message_of(std::make_exception_ptr(kvmap::ValueError("bad value"))) ==
+  CHECK(kvmap::Detail::message_of(std::make_exception_ptr(kvmap::ValueError("bad value"))) ==
         "bad value");
-  CHECK(kvmap::Impl::message_of(std::make_exception_ptr(17)).find("unknown exception") !=
+  CHECK(kvmap::Detail::message_of(std::make_exception_ptr(17)).find("unknown exception") !=
         std::string::npos);
 }

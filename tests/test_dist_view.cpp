@@ -291,7 +291,7 @@ TEST_CASE(
   CHECK(a.raw() == b.raw());
   CHECK(a.id() == world().id());
   CHECK(kvmap::Comm::self().id() != world().id());
-  for (std::uint64_t id : kvmap::Impl::transport(world()).allgather(world().id()))
+  for (std::uint64_t id : kvmap::Detail::transport(world()).allgather(world().id()))
     CHECK(id == world().id());
   // Making and dropping Comms of a known communicator on one rank only is local: no rank
   // waits for the others (it was an MPI_Comm_dup and an MPI_Comm_free each before).
@@ -308,7 +308,7 @@ TEST_CASE(
   MPI_Comm_free(&raw);
   CHECK(reversed.id() != world().id());
   CHECK(reversed.rank() == nranks() - 1 - me);
-  const auto ids = kvmap::Impl::transport(reversed).allgather(reversed.id());
+  const auto ids = kvmap::Detail::transport(reversed).allgather(reversed.id());
   for (std::uint64_t id : ids) CHECK(id == reversed.id());
   auto v = View::arange(10, DType::Int64, 0, reversed);
   CHECK(bit_equal(v.allgather(), at::arange(10, at::kLong)));

@@ -30,7 +30,7 @@ TEST_CASE("dot: the exact sum of the ranks' parts, rounded once, on every rank")
   const double d = kvmap::linalg::dot(x, ones);
   CHECK(d == expect);
   if (P == 3) CHECK(d == 3.0);
-  for (double v : kvmap::Impl::transport(world()).allgather(d))
+  for (double v : kvmap::Detail::transport(world()).allgather(d))
     CHECK(std::memcmp(&v, &d, sizeof d) == 0);
   // Run to run: the same bits again.
   const double again = kvmap::linalg::dot(x, ones);
@@ -76,7 +76,7 @@ TEST_CASE("nrm2: huge and tiny elements on different ranks, one pass, no overflo
   const double f3 = static_cast<double>(1e38f), f4 = static_cast<double>(2e38f);
   CHECK(within(kvmap::linalg::nrm2(f), std::sqrt(P * (f3 * f3 + f4 * f4)), 2 * P));
   const double n = kvmap::linalg::nrm2(x);
-  for (double v : kvmap::Impl::transport(world()).allgather(n))
+  for (double v : kvmap::Detail::transport(world()).allgather(n))
     CHECK(std::memcmp(&v, &n, sizeof n) == 0);
 }
 
@@ -102,7 +102,7 @@ TEST_CASE("linalg: dot, nrm2, axpby against torch on the gathered arrays") {
                              {n + P + 3, f64(x64.norm())}));
     // The same value on every rank, bit for bit.
     const double d = kvmap::linalg::dot(x, y);
-    for (double v : kvmap::Impl::transport(world()).allgather(d)) CHECK(v == d);
+    for (double v : kvmap::Detail::transport(world()).allgather(d)) CHECK(v == d);
     kvmap::linalg::axpby(2.0, x, -0.5, y);
     // 2x and 0.5y are exact, their sum rounds once (twice with a fused multiply-add).
     CHECK(kvmap::check_close(y.allgather(), 2.0 * x64 - 0.5 * y64,

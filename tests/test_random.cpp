@@ -2,7 +2,7 @@
 // sub-communicator builds the same bits), their moments, the streams of unseeded calls, and
 // the Philox4x32-10 generator against its published known-answer vectors.
 #include "support/kvmap_test.hpp"
-#include "detail/random.hpp"
+#include "detail/distributed/random.hpp"
 
 #include <cmath>
 
@@ -48,7 +48,7 @@ TEST_CASE("random arrays do not depend on the number of ranks") {
 }
 
 TEST_CASE("Philox4x32-10 matches the published known-answer vectors") {
-  using kvmap::Impl::philox4x32;
+  using kvmap::Detail::philox4x32;
   auto r0 = philox4x32(0, 0, 0);
   CHECK(r0.v[0] == 0x6627e8d5u);
   CHECK(r0.v[1] == 0xe169c58du);

@@ -2,8 +2,8 @@
 // dimensions, the large-count path, staging through host buffers, and the copies of
 // unchanged layouts. (Random arrays: test_random.cpp; linalg: test_linalg.cpp.)
 #include "support/kvmap_test.hpp"
-#include "detail/comm.hpp"
-#include "detail/testing.hpp"
+#include "detail/platform/comm.hpp"
+#include "detail/testing/hooks.hpp"
 
 #include <mpi.h>
 
@@ -148,8 +148,8 @@ TEST_CASE("0-d, 1-d and 5-d arrays") {
 
 TEST_CASE("counts above the MPI count limit take the large-count path") {
   // Lowering the limit to 7 bytes makes every message "too large" for one MPI call.
-  const std::size_t saved = kvmap::Impl::mpi_count_limit();
-  kvmap::Impl::set_mpi_count_limit(7);
+  const std::size_t saved = kvmap::Detail::mpi_count_limit();
+  kvmap::Detail::set_mpi_count_limit(7);
   const int me = rank();
   const at::Tensor full = pattern({23, 6}, at::kDouble, 8);
   auto a = View::from_global(full, 0);
@@ -159,8 +159,8 @@ TEST_CASE("counts above the MPI count limit take the large-count path") {
   auto s = View::scatter(me == 0 ? full : at::Tensor(), 1);
   const at::Tensor g = s.gather(0);
   if (me == 0) CHECK(bit_equal(g, full));
-  kvmap::Impl::set_mpi_count_limit(saved);
-  CHECK(kvmap::Impl::mpi_count_limit() == saved);
+  kvmap::Detail::set_mpi_count_limit(saved);
+  CHECK(kvmap::Detail::mpi_count_limit() == saved);
 }
 
 TEST_CASE(
@@ -178,9 +178,9 @@ TEST_CASE(
   const View direct = a.resplit(1);
   const std::uint64_t copied_direct = kvmap::stats().bytes_copied;
   struct Unforce {
-    ~Unforce() { kvmap::Impl::set_force_host_staging(false); }
+    ~Unforce() { kvmap::Detail::set_force_host_staging(false); }
   } unforce;
-  kvmap::Impl::set_force_host_staging(true);
+  kvmap::Detail::set_force_host_staging(true);
   kvmap::reset_stats();
   const View staged = a.resplit(1);
   const std::uint64_t copied_staged = kvmap::stats().bytes_copied;
@@ -201,11 +201,11 @@ TEST_CASE(
   const at::Tensor scalar = pattern({}, at::kFloat, 4);
   CHECK(bit_equal(View::scatter(me == 0 ? scalar : at::Tensor(), std::nullopt).local(), scalar));
   // Staged and cut into pieces above the MPI count limit.
-  const std::size_t saved = kvmap::Impl::mpi_count_limit();
-  kvmap::Impl::set_mpi_count_limit(5);
+  const std::size_t saved = kvmap::Detail::mpi_count_limit();
+  kvmap::Detail::set_mpi_count_limit(5);
   CHECK(bit_equal(a.resplit(1).local(), expected_local(full, target, me)));
   CHECK(bit_equal(a.allgather(), full));
-  kvmap::Impl::set_mpi_count_limit(saved);
+  kvmap::Detail::set_mpi_count_limit(saved);
 }
 
 TEST_CASE("bool arrays move their bytes as they are, whatever the bytes") {

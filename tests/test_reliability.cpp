@@ -8,11 +8,11 @@
 #include <mutex>
 #include <random>
 
-#include "detail/fault_injection.hpp"
+#include "detail/collective/fault_injection.hpp"
 #include "support/entry_points.hpp"
-#include "detail/comm.hpp"
-#include "detail/testing.hpp"
-#include "detail/local_block.hpp"
+#include "detail/platform/comm.hpp"
+#include "detail/testing/hooks.hpp"
+#include "detail/layout/local_block.hpp"
 
 #include <sys/resource.h>
 #include <cmath>
@@ -104,18 +104,18 @@ TEST_CASE(
   auto y = View::from_global(pattern({4 * nranks() + 2, 3}, at::kDouble, 2), 0);
   const auto sites = entry_points(x, y, odd);
   CHECK(sites.size() == 19);
-  const auto before = kvmap::Impl::faults_injected();
+  const auto before = kvmap::Detail::faults_injected();
   for (const EntryPoint& site : sites) {
     INFO("site " << site.name);
-    kvmap::Impl::arm_fault(site.name, odd, kvmap::Impl::FaultPhase::Plan);
+    kvmap::Detail::arm_fault(site.name, odd, kvmap::Detail::FaultPhase::Plan);
     expect_collective_error<kvmap::Error>(site.call, {odd},
                                           std::string("injected fault at ") + site.name);
-    kvmap::Impl::disarm_faults();
+    kvmap::Detail::disarm_faults();
     // The same communicator carries on, and the arrays are unchanged (axpby wrote nothing).
     CHECK(bit_equal(x.allgather(), xs));
     CHECK(bit_equal(y.allgather(), pattern({4 * nranks() + 2, 3}, at::kDouble, 2)));
   }
-  if (rank() == odd) CHECK(kvmap::Impl::faults_injected() - before == sites.size());
+  if (rank() == odd) CHECK(kvmap::Detail::faults_injected() - before == sites.size());
 }
 
 TEST_CASE("an allocation that fails on one rank is agreed at every entry point that allocates") {
@@ -128,16 +128,16 @@ TEST_CASE("an allocation that fails on one rank is agreed at every entry point t
   auto y = View::from_global(pattern({4 * nranks() + 2, 3}, at::kDouble, 2), 0);
   for (const EntryPoint& site : entry_points(x, y, odd)) {
     INFO("site " << site.name);
-    const auto before = kvmap::Impl::faults_injected();
-    if (rank() == odd) kvmap::Impl::arm_fault("allocate", -1);
+    const auto before = kvmap::Detail::faults_injected();
+    if (rank() == odd) kvmap::Detail::arm_fault("allocate", -1);
     if (site.allocates) {
       expect_collective_error<kvmap::Error>(site.call, {odd}, "injected fault at allocate");
-      if (rank() == odd) CHECK(kvmap::Impl::faults_injected() - before == 1);
+      if (rank() == odd) CHECK(kvmap::Detail::faults_injected() - before == 1);
     } else {
       CHECK_NOTHROW(site.call());
-      CHECK(kvmap::Impl::faults_injected() == before);
+      CHECK(kvmap::Detail::faults_injected() == before);
     }
-    kvmap::Impl::disarm_faults();
+    kvmap::Detail::disarm_faults();
     CHECK(bit_equal(x.allgather(), xs));
   }
 }
@@ -172,7 +172,7 @@ TEST_CASE("gather to a rank short of memory: every rank throws, none waits in th
     CHECK(root_failed);
   }
   // The communicator carries on.
-  const auto sizes = kvmap::Impl::transport(world()).allgather(static_cast<int>(root_failed));
+  const auto sizes = kvmap::Detail::transport(world()).allgather(static_cast<int>(root_failed));
   CHECK(sizes[root] == 1);
   CHECK(kvmap::linalg::nrm2(View::full({10}, 2.0, DType::Float64, 0)) ==
         doctest::Approx(std::sqrt(40.0)));
@@ -274,11 +274,11 @@ TEST_CASE("overflow: element counts, byte sizes and MPI counts never wrap around
       [&] { View::empty({big * 2}, DType::Complex128, std::nullopt); }, all_ranks(),
       "more bytes than size_t counts");
   // A view whose strides span more than int64 can address.
-  CHECK_THROWS_WITH_AS(kvmap::Impl::checked_span_bytes({3, 3}, {2 * big, 2 * big}, 8),
+  CHECK_THROWS_WITH_AS(kvmap::Detail::checked_span_bytes({3, 3}, {2 * big, 2 * big}, 8),
                        doctest::Contains("spans more elements than int64"), kvmap::ValueError);
   // MPI counts above the (lowered) limit go through the large-count path, bit-exact.
-  const std::size_t saved = kvmap::Impl::mpi_count_limit();
-  kvmap::Impl::set_mpi_count_limit(5);
+  const std::size_t saved = kvmap::Detail::mpi_count_limit();
+  kvmap::Detail::set_mpi_count_limit(5);
   const at::Tensor full = pattern({17, 9}, at::kComplexDouble, 5);
   auto v = View::from_global(full, 1);
   CHECK(bit_equal(v.resplit(0).allgather(), full));
@@ -288,12 +288,12 @@ TEST_CASE("overflow: element counts, byte sizes and MPI counts never wrap around
   std::vector<std::int64_t> values(17);
   for (std::size_t i = 0; i < values.size(); ++i)
     values[i] = static_cast<std::int64_t>(i) * (rank() + 1);
-  kvmap::Impl::transport(world()).allreduce_sum(values.data(), values.size(), DType::Int64);
+  kvmap::Detail::transport(world()).allreduce_sum(values.data(), values.size(), DType::Int64);
   const std::int64_t ranks_sum = static_cast<std::int64_t>(nranks()) * (nranks() + 1) / 2;
   for (std::size_t i = 0; i < values.size(); ++i)
     CHECK(values[i] == static_cast<std::int64_t>(i) * ranks_sum);
   auto d = View::from_global(pattern({23}, at::kDouble, 6), 0);
   CHECK(kvmap::linalg::dot(d, d) ==
         doctest::Approx(pattern({23}, at::kDouble, 6).pow(2).sum().item<double>()));
-  kvmap::Impl::set_mpi_count_limit(saved);
+  kvmap::Detail::set_mpi_count_limit(saved);
 }

@@ -11,14 +11,14 @@
 #include <vector>
 
 #include "support/kvmap_test.hpp"
-#include "detail/device_map.hpp"
-#include "detail/gpu_aware_mpi.hpp"
-#include "detail/testing.hpp"
+#include "detail/platform/device_map.hpp"
+#include "detail/platform/gpu_aware_mpi.hpp"
+#include "detail/testing/hooks.hpp"
 
 namespace {
 
-using kvmap::Impl::GpuAwareMode;
-using kvmap::Impl::MpiGpuQuery;
+using kvmap::Detail::GpuAwareMode;
+using kvmap::Detail::MpiGpuQuery;
 
 int world_rank() {
   return kvmap_test::rank();
@@ -40,7 +40,7 @@ const char* fake_getenv(const char* name) {
 bool chose(std::vector<const char*> args, std::map<std::string, std::string> env = {}) {
   g_env = &env;
   args.insert(args.begin(), "app");
-  return kvmap::Impl::user_chose_device(static_cast<int>(args.size()), args.data(), fake_getenv);
+  return kvmap::Detail::user_chose_device(static_cast<int>(args.size()), args.data(), fake_getenv);
 }
 
 std::string library_version() {
@@ -66,9 +66,9 @@ struct RestoreDecision {
     } else {
       unsetenv("KVMAP_GPU_AWARE_MPI");
     }
-    kvmap::Impl::set_host_follows_gpu_decision(false);
-    kvmap::Impl::set_force_host_staging(false);
-    kvmap::Impl::redecide_gpu_aware_mpi();
+    kvmap::Detail::set_host_follows_gpu_decision(false);
+    kvmap::Detail::set_force_host_staging(false);
+    kvmap::Detail::redecide_gpu_aware_mpi();
   }
 };
 
@@ -81,12 +81,12 @@ TEST_CASE("device map: each rank of a node takes node-local rank mod devices, ba
       CAPTURE(ranks);
       std::vector<int> load(static_cast<std::size_t>(devices), 0);
       for (int r = 0; r < ranks; ++r) {
-        const int d = kvmap::Impl::device_for_rank(r, devices);
+        const int d = kvmap::Detail::device_for_rank(r, devices);
         REQUIRE(d >= 0);
         REQUIRE(d < devices);
         ++load[static_cast<std::size_t>(d)];
         // Consecutive ranks (a launcher's packed placement) on different devices.
-        if (r > 0 && devices > 1) CHECK(d != kvmap::Impl::device_for_rank(r - 1, devices));
+        if (r > 0 && devices > 1) CHECK(d != kvmap::Detail::device_for_rank(r - 1, devices));
       }
       // As even as it can be: every device has ranks/devices ranks, rounded down or up.
       for (int n : load) {
@@ -96,12 +96,12 @@ TEST_CASE("device map: each rank of a node takes node-local rank mod devices, ba
     }
   }
   // The cases users meet: 4 ranks on a 4-GPU node, 8 ranks on 4 GPUs, 6 on 4, 4 on 1.
-  CHECK(kvmap::Impl::device_for_rank(3, 4) == 3);
-  CHECK(kvmap::Impl::device_for_rank(5, 4) == 1);
-  CHECK(kvmap::Impl::device_for_rank(7, 4) == 3);
-  CHECK(kvmap::Impl::device_for_rank(3, 1) == 0);
-  CHECK_THROWS_AS(kvmap::Impl::device_for_rank(0, 0), kvmap::Error);
-  CHECK_THROWS_AS(kvmap::Impl::device_for_rank(-1, 2), kvmap::Error);
+  CHECK(kvmap::Detail::device_for_rank(3, 4) == 3);
+  CHECK(kvmap::Detail::device_for_rank(5, 4) == 1);
+  CHECK(kvmap::Detail::device_for_rank(7, 4) == 3);
+  CHECK(kvmap::Detail::device_for_rank(3, 1) == 0);
+  CHECK_THROWS_AS(kvmap::Detail::device_for_rank(0, 0), kvmap::Error);
+  CHECK_THROWS_AS(kvmap::Detail::device_for_rank(-1, 2), kvmap::Error);
 }
 
 TEST_CASE("device map: the user's choice (Kokkos flags or environment) wins") {
@@ -125,7 +125,7 @@ TEST_CASE("device map: the user's choice (Kokkos flags or environment) wins") {
   const char* only_program[] = {"--kokkos-device-id=1"};
   std::map<std::string, std::string> none;
   g_env = &none;
-  CHECK_FALSE(kvmap::Impl::user_chose_device(1, only_program, fake_getenv));
+  CHECK_FALSE(kvmap::Detail::user_chose_device(1, only_program, fake_getenv));
 }
 
 TEST_CASE("device map: node-local rank and size agree with the processor names") {
@@ -146,7 +146,7 @@ TEST_CASE("device map: node-local rank and size agree with the processor names")
     ++expected_size;
     if (r < world_rank()) ++expected_rank;
   }
-  const kvmap::Impl::NodeRank node = kvmap::Impl::node_local_rank(kvmap::Comm::world());
+  const kvmap::Detail::NodeRank node = kvmap::Detail::node_local_rank(kvmap::Comm::world());
   CHECK(node.rank == expected_rank);
   CHECK(node.size == expected_size);
 }
@@ -171,20 +171,20 @@ TEST_CASE("GPU-aware MPI: the decision from environment, build and the MPI's ans
   for (GpuAwareMode mode : {GpuAwareMode::Off, GpuAwareMode::On, GpuAwareMode::Auto}) {
     for (const MpiGpuQuery& q : {yes, no, unknown}) {
       // The environment overrides the build and the MPI.
-      CHECK(kvmap::Impl::decide_gpu_aware_mpi("1", mode, q).direct);
-      CHECK_FALSE(kvmap::Impl::decide_gpu_aware_mpi("0", mode, q).direct);
-      CHECK(contains(kvmap::Impl::decide_gpu_aware_mpi("0", mode, q).reason,
+      CHECK(kvmap::Detail::decide_gpu_aware_mpi("1", mode, q).direct);
+      CHECK_FALSE(kvmap::Detail::decide_gpu_aware_mpi("0", mode, q).direct);
+      CHECK(contains(kvmap::Detail::decide_gpu_aware_mpi("0", mode, q).reason,
                      "KVMAP_GPU_AWARE_MPI=0"));
       // Unset or empty: the build decides, or in AUTO the MPI's answer (unknown: staging).
       for (const char* env : {static_cast<const char*>(nullptr), ""}) {
-        const auto d = kvmap::Impl::decide_gpu_aware_mpi(env, mode, q);
+        const auto d = kvmap::Detail::decide_gpu_aware_mpi(env, mode, q);
         const bool expected =
             mode == GpuAwareMode::On || (mode == GpuAwareMode::Auto && q.answer == A::Yes);
         CHECK(d.direct == expected);
         if (mode == GpuAwareMode::Auto) CHECK(contains(d.reason, q.how));
       }
       for (const char* bad : {"yes", "2", "on", " 1"}) {
-        CHECK_THROWS_WITH_AS(kvmap::Impl::decide_gpu_aware_mpi(bad, mode, q),
+        CHECK_THROWS_WITH_AS(kvmap::Detail::decide_gpu_aware_mpi(bad, mode, q),
                              doctest::Contains("KVMAP_GPU_AWARE_MPI"), kvmap::Error);
       }
     }
@@ -192,7 +192,7 @@ TEST_CASE("GPU-aware MPI: the decision from environment, build and the MPI's ans
 }
 
 TEST_CASE("GPU-aware MPI: the running MPI answers for itself") {
-  const MpiGpuQuery q = kvmap::Impl::query_mpi_gpu_support();
+  const MpiGpuQuery q = kvmap::Detail::query_mpi_gpu_support();
   const std::string library = library_version();
   CAPTURE(library);
   CAPTURE(q.how);
@@ -205,8 +205,8 @@ TEST_CASE("GPU-aware MPI: the running MPI answers for itself") {
   }
   // The built-in decision (no override in the test environment) is AUTO's and says so.
   if (std::getenv("KVMAP_GPU_AWARE_MPI") == nullptr &&
-      kvmap::Impl::built_gpu_aware_mode() == GpuAwareMode::Auto) {
-    const auto d = kvmap::Impl::gpu_aware_mpi();
+      kvmap::Detail::built_gpu_aware_mode() == GpuAwareMode::Auto) {
+    const auto d = kvmap::Detail::gpu_aware_mpi();
     CHECK(d.direct == (q.answer == MpiGpuQuery::Answer::Yes));
     CHECK(contains(d.reason, q.how));
     CHECK(kvmap::stats().gpu_aware_mpi == d.direct);
@@ -227,13 +227,13 @@ TEST_CASE("GPU-aware MPI: KVMAP_GPU_AWARE_MPI=0 stages, =1 does not (bytes_copie
     CHECK(kvmap_test::bit_equal(b.allgather().cpu(), full));
     return kvmap::stats().bytes_copied;
   };
-  kvmap::Impl::set_force_host_staging(true);
+  kvmap::Detail::set_force_host_staging(true);
   const std::uint64_t staged = copied_by_resplit();
-  kvmap::Impl::set_force_host_staging(false);
-  kvmap::Impl::set_host_follows_gpu_decision(true);
+  kvmap::Detail::set_force_host_staging(false);
+  kvmap::Detail::set_host_follows_gpu_decision(true);
 
   setenv("KVMAP_GPU_AWARE_MPI", "0", 1);
-  kvmap::Impl::redecide_gpu_aware_mpi();
+  kvmap::Detail::redecide_gpu_aware_mpi();
   CHECK_FALSE(kvmap::stats().gpu_aware_mpi);
   CHECK(contains(kvmap::build_info(), "GPU-aware MPI no (KVMAP_GPU_AWARE_MPI=0"));
   if constexpr (kvmap::Impl::is_host_accessible<TestMemSpace>) {
@@ -241,19 +241,19 @@ TEST_CASE("GPU-aware MPI: KVMAP_GPU_AWARE_MPI=0 stages, =1 does not (bytes_copie
   }
 
   setenv("KVMAP_GPU_AWARE_MPI", "1", 1);
-  kvmap::Impl::redecide_gpu_aware_mpi();
+  kvmap::Detail::redecide_gpu_aware_mpi();
   CHECK(kvmap::stats().gpu_aware_mpi);
   CHECK(contains(kvmap::build_info(), "GPU-aware MPI yes (KVMAP_GPU_AWARE_MPI=1"));
   if constexpr (kvmap::Impl::is_host_accessible<TestMemSpace>) {
-    kvmap::Impl::set_host_follows_gpu_decision(false);
+    kvmap::Detail::set_host_follows_gpu_decision(false);
     const std::uint64_t direct = copied_by_resplit();
-    kvmap::Impl::set_host_follows_gpu_decision(true);
+    kvmap::Detail::set_host_follows_gpu_decision(true);
     CHECK(copied_by_resplit() == direct);
     if (P > 1) CHECK(direct < staged);
   }
 
   setenv("KVMAP_GPU_AWARE_MPI", "maybe", 1);
-  CHECK_THROWS_WITH_AS(kvmap::Impl::redecide_gpu_aware_mpi(),
+  CHECK_THROWS_WITH_AS(kvmap::Detail::redecide_gpu_aware_mpi(),
                        doctest::Contains("KVMAP_GPU_AWARE_MPI='maybe'"), kvmap::Error);
 }
 
@@ -262,17 +262,17 @@ TEST_CASE("GPU-aware MPI: a bad KVMAP_GPU_AWARE_MPI on one rank stops every rank
   const int last = world_size() - 1;
   if (world_rank() == last) {
     setenv("KVMAP_GPU_AWARE_MPI", "2", 1);
-    CHECK_THROWS_AS(kvmap::Impl::redecide_gpu_aware_mpi(), kvmap::Error);
+    CHECK_THROWS_AS(kvmap::Detail::redecide_gpu_aware_mpi(), kvmap::Error);
   } else {
     unsetenv("KVMAP_GPU_AWARE_MPI");
-    kvmap::Impl::redecide_gpu_aware_mpi();
+    kvmap::Detail::redecide_gpu_aware_mpi();
   }
   // What kvmap's initialization runs: every rank throws, the bad one with its own message.
   CHECK_THROWS_WITH_AS(
-      kvmap::Impl::decide_gpu_aware_mpi_on_every_rank(),
+      kvmap::Detail::decide_gpu_aware_mpi_on_every_rank(),
       doctest::Contains(world_rank() == last ? "KVMAP_GPU_AWARE_MPI='2'" : "on another rank"),
       kvmap::Error);
   unsetenv("KVMAP_GPU_AWARE_MPI");
-  kvmap::Impl::redecide_gpu_aware_mpi();
-  CHECK_NOTHROW(kvmap::Impl::decide_gpu_aware_mpi_on_every_rank());
+  kvmap::Detail::redecide_gpu_aware_mpi();
+  CHECK_NOTHROW(kvmap::Detail::decide_gpu_aware_mpi_on_every_rank());
 }

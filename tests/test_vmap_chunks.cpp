@@ -11,7 +11,7 @@
 #include <set>
 #include <thread>
 
-#include "detail/torch_compat.hpp"
+#include "detail/platform/torch_compat.hpp"
 
 using namespace kvmap_test;
 using kvmap::Randomness;
@@ -64,8 +64,8 @@ TEST_CASE("chunks in flight run under the caller's grad mode, inference mode and
         CHECK(close(y.allgather(), ref[0], 4));  // sin, then an exact doubling
         // Chunks really are in flight at once where LibTorch allows it: on several threads.
         const int host_threads = Kokkos::DefaultHostExecutionSpace().concurrency();
-        const bool parallel =
-            conc > 1 && host_threads > 1 && kvmap::Impl::torch_compat::concurrent_vmap_supported();
+        const bool parallel = conc > 1 && host_threads > 1 &&
+                              kvmap::Detail::torch_compat::concurrent_vmap_supported();
         CHECK(threads.size() ==
               (parallel ? static_cast<std::size_t>(std::min(conc, host_threads)) : 1u));
       }

@@ -51,7 +51,7 @@ TEST_CASE("randomness modes") {
     }
     // Afterwards every rank's generator is in the same state again.
     const float next = at::rand({1}, on_device(at::kFloat)).item<float>();
-    const auto all = kvmap::Impl::transport(world()).allgather(next);
+    const auto all = kvmap::Detail::transport(world()).allgather(next);
     for (float v : all) CHECK(v == next);
   }
   (void)x;

@@ -7,7 +7,7 @@
 
 #include <atomic>
 
-#include "detail/torch_compat.hpp"
+#include "detail/platform/torch_compat.hpp"
 
 #if defined(KOKKOS_ENABLE_CUDA)
 #include <c10/cuda/CUDAStream.h>
@@ -286,7 +286,7 @@ TEST_CASE("outputs never share memory with an input or with each other, chunked 
 TEST_CASE("nested vmaps inside the function keep working") {
   // What torch.vmap does inside a Python function: one more functorch level, pushed and
   // popped within f, over a non-mapped axis of each sample.
-  namespace tc = kvmap::Impl::torch_compat;
+  namespace tc = kvmap::Detail::torch_compat;
   const int P = nranks();
   const at::Tensor full = randn_everywhere({2 * P + 1, 4, 3}, at::kDouble, 20);
   auto x = View::from_global(full, 0);

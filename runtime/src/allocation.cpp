@@ -13,16 +13,16 @@
 #endif
 
 #include "kvmap/error.hpp"
-#include "detail/fault_injection.hpp"
+#include "detail/collective/fault_injection.hpp"
 #include "kvmap/impl/kokkos_compat.hpp"
 #include "kvmap/impl/local_block.hpp"
 #include "kvmap/layout.hpp"
 #include "kvmap/stats.hpp"
-#include "detail/stats.hpp"
-#include "detail/local_block.hpp"
-#include "detail/allocation.hpp"
+#include "detail/platform/stats.hpp"
+#include "detail/layout/local_block.hpp"
+#include "detail/platform/allocation.hpp"
 
-namespace kvmap::Impl {
+namespace kvmap::Detail {
 
 namespace {
 
@@ -160,4 +160,4 @@ LocalBlock allocate_block(const std::vector<std::int64_t>& extents, std::size_t 
   template LocalBlock allocate_block<Space>(const std::vector<std::int64_t>&, std::size_t);
 KVMAP_FOR_EACH_MEMORY_SPACE(KVMAP_INSTANTIATE_ALLOCATE)
 
-}  // namespace kvmap::Impl
+}  // namespace kvmap::Detail

@@ -1,8 +1,8 @@
-#include "detail/box.hpp"
+#include "detail/distributed/box.hpp"
 
-#include "detail/local_block.hpp"
+#include "detail/layout/local_block.hpp"
 
-namespace kvmap::Impl {
+namespace kvmap::Detail {
 
 Box held(const Layout& L, int r) {
   Box b;
@@ -53,4 +53,4 @@ const unsigned char* address(const LocalBlock& block, const Box& whole, const Bo
          offset_bytes(block.strides, whole, sub, itemsize);
 }
 
-}  // namespace kvmap::Impl
+}  // namespace kvmap::Detail

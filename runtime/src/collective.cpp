@@ -1,4 +1,4 @@
-#include "detail/collective.hpp"
+#include "detail/collective/collective.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -6,10 +6,10 @@
 
 #include "kvmap/error.hpp"
 
-#include "detail/hash.hpp"
-#include "detail/mpi_process.hpp"
+#include "detail/layout/hash.hpp"
+#include "detail/platform/mpi_process.hpp"
 
-namespace kvmap::Impl {
+namespace kvmap::Detail {
 
 Signature::Signature(const char* op, const Comm& comm) : op_(op), hash_(fnv1a(kFnvOffset, op)) {
   arg("comm", comm);
@@ -143,7 +143,7 @@ void raise_gathered(const Comm& comm, const char* site, const std::exception_ptr
   if (!failing.empty()) {
     // The first failing rank's message to everyone; the failing ranks rethrow their own.
     const std::string first =
-        Impl::transport(comm).bcast_string(message_of(error), failing.front());
+        Detail::transport(comm).bcast_string(message_of(error), failing.front());
     if (error) std::rethrow_exception(error);
     throw RemoteError(failing, first);
   }
@@ -165,8 +165,8 @@ void raise_gathered(const Comm& comm, const char* site, const std::exception_ptr
 
 TwoDescriptions describe_two(const Comm& comm, int reference, int other, const std::string& mine) {
   TwoDescriptions two;
-  two.reference = Impl::transport(comm).bcast_string(mine, reference);
-  two.other = Impl::transport(comm).bcast_string(mine, other);
+  two.reference = Detail::transport(comm).bcast_string(mine, reference);
+  two.other = Detail::transport(comm).bcast_string(mine, other);
   return two;
 }
 
@@ -188,7 +188,7 @@ void raise_disagreement(const Comm& comm, const char* site, const std::exception
     std::uint64_t fingerprint;
   };
   const std::vector<Record> all =
-      Impl::transport(comm).allgather(Record{error ? 1u : 0u, 0u, signature.fingerprint()});
+      Detail::transport(comm).allgather(Record{error ? 1u : 0u, 0u, signature.fingerprint()});
   std::vector<std::uint32_t> failed;
   std::vector<std::uint64_t> fingerprints;
   for (const Record& r : all) {
@@ -215,4 +215,4 @@ void abort_after_agreement(const Comm& comm, const char* site, const std::except
             "\nkvmap: aborting the job, since the other ranks cannot leave the call's collectives");
 }
 
-}  // namespace kvmap::Impl
+}  // namespace kvmap::Detail

@@ -6,10 +6,10 @@
 #include <vector>
 
 #include "kvmap/error.hpp"
-#include "detail/comm.hpp"
-#include "detail/mpi_process.hpp"
-#include "detail/mpi_transport.hpp"
-#include "detail/testing.hpp"
+#include "detail/platform/comm.hpp"
+#include "detail/platform/mpi_process.hpp"
+#include "detail/platform/mpi_transport.hpp"
+#include "detail/testing/hooks.hpp"
 
 namespace kvmap {
 
@@ -22,7 +22,7 @@ namespace kvmap {
 // times on different ranks. The user may free their communicator at any time after making a
 // Comm of it; the duplicate stays usable.
 struct Comm::Handle {
-  std::unique_ptr<Impl::Transport> transport;  // MPI, or emulated (chosen when made)
+  std::unique_ptr<Detail::Transport> transport;  // MPI, or emulated (chosen when made)
   std::uint64_t id = 0;  // the same on every rank of the communicator, unique in the process
   std::mutex sequence_mutex;
   std::uint64_t sequence_epoch = 0;
@@ -42,19 +42,19 @@ std::map<std::uint64_t, std::shared_ptr<Comm::Handle>> g_registry;
 }  // namespace
 
 std::shared_ptr<Comm::Handle> Comm::handle_for(MPI_Comm user) {
-  Impl::require_mpi();
+  Detail::require_mpi();
   KVMAP_CHECK(user != MPI_COMM_NULL, ValueError,
               "kvmap::Comm: MPI_COMM_NULL is not a communicator");
   {
     std::lock_guard<std::mutex> lock(g_registry_mutex);
     if (g_keyval == MPI_KEYVAL_INVALID) {
-      Impl::check_mpi(MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, MPI_COMM_NULL_DELETE_FN,
-                                             &g_keyval, nullptr),
-                      "MPI_Comm_create_keyval");
+      Detail::check_mpi(MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, MPI_COMM_NULL_DELETE_FN,
+                                               &g_keyval, nullptr),
+                        "MPI_Comm_create_keyval");
     }
     void* value = nullptr;
     int found = 0;
-    Impl::check_mpi(MPI_Comm_get_attr(user, g_keyval, &value, &found), "MPI_Comm_get_attr");
+    Detail::check_mpi(MPI_Comm_get_attr(user, g_keyval, &value, &found), "MPI_Comm_get_attr");
     if (found) {
       auto it =
           g_registry.find(static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(value)));
@@ -64,15 +64,15 @@ std::shared_ptr<Comm::Handle> Comm::handle_for(MPI_Comm user) {
   // New to kvmap: duplicate it (collective) and agree on an id no rank has used yet.
   auto h = std::make_shared<Handle>();
   MPI_Comm duplicate = MPI_COMM_NULL;
-  Impl::check_mpi(MPI_Comm_dup(user, &duplicate), "MPI_Comm_dup");
-  h->transport = Impl::mpi_transport(duplicate);
+  Detail::check_mpi(MPI_Comm_dup(user, &duplicate), "MPI_Comm_dup");
+  h->transport = Detail::mpi_transport(duplicate);
   std::uint64_t id = 0;
   {
     std::lock_guard<std::mutex> lock(g_registry_mutex);
     id = g_last_id + 1;
   }
-  Impl::check_mpi(MPI_Allreduce(MPI_IN_PLACE, &id, 1, MPI_UINT64_T, MPI_MAX, duplicate),
-                  "MPI_Allreduce");
+  Detail::check_mpi(MPI_Allreduce(MPI_IN_PLACE, &id, 1, MPI_UINT64_T, MPI_MAX, duplicate),
+                    "MPI_Allreduce");
   h->id = id;
   std::lock_guard<std::mutex> lock(g_registry_mutex);
   g_last_id = std::max(g_last_id, id);
@@ -80,7 +80,7 @@ std::shared_ptr<Comm::Handle> Comm::handle_for(MPI_Comm user) {
   // The attribute value is the id itself, not a pointer (MPI attributes are void*).
   // NOLINTNEXTLINE(performance-no-int-to-ptr)
   void* const value = reinterpret_cast<void*>(static_cast<std::uintptr_t>(id));
-  Impl::check_mpi(MPI_Comm_set_attr(user, g_keyval, value), "MPI_Comm_set_attr");
+  Detail::check_mpi(MPI_Comm_set_attr(user, g_keyval, value), "MPI_Comm_set_attr");
   return h;
 }
 
@@ -89,7 +89,7 @@ Comm::Comm(std::shared_ptr<Handle> handle)
       rank_(handle_->transport->rank()),
       size_(handle_->transport->size()) {}
 
-namespace Impl {
+namespace Detail {
 Comm CommAccess::make(std::shared_ptr<Comm::Handle> handle) {
   return Comm(std::move(handle));
 }
@@ -146,7 +146,7 @@ void release_cached_comms() {
   }
   for (auto& [id, handle] : all) handle->transport->release();
 }
-}  // namespace Impl
+}  // namespace Detail
 
 Comm::Comm() : Comm(world()) {}
 

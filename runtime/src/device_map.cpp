@@ -1,4 +1,4 @@
-#include "detail/device_map.hpp"
+#include "detail/platform/device_map.hpp"
 
 #include <Kokkos_Core.hpp>
 #include <cstdlib>
@@ -14,10 +14,10 @@
 
 #include "kvmap/error.hpp"
 #include "kvmap/impl/kokkos_compat.hpp"
-#include "detail/gpu_aware_mpi.hpp"
-#include "detail/torch_stream.hpp"
+#include "detail/platform/gpu_aware_mpi.hpp"
+#include "detail/platform/torch_stream.hpp"
 
-namespace kvmap::Impl {
+namespace kvmap::Detail {
 
 namespace {
 
@@ -169,4 +169,4 @@ std::string device_report() {
          " devices visible, " + choice.how + ")";
 }
 
-}  // namespace kvmap::Impl
+}  // namespace kvmap::Detail

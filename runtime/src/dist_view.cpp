@@ -9,11 +9,11 @@
 #include "kvmap/stats.hpp"
 #include "kvmap/tensor_bridge.hpp"
 
-#include "detail/collective.hpp"
-#include "detail/dist_view_access.hpp"
-#include "detail/local_block.hpp"
-#include "detail/tensor_bridge.hpp"
-#include "detail/hash.hpp"
+#include "detail/collective/collective.hpp"
+#include "detail/distributed/dist_view_access.hpp"
+#include "detail/layout/local_block.hpp"
+#include "detail/platform/tensor_bridge.hpp"
+#include "detail/layout/hash.hpp"
 
 namespace kvmap {
 
@@ -60,9 +60,9 @@ void check_local_view(DType have, DType want, const LocalBlock& block, int rank,
 template <class M>
 DistView<M> DistView<M>::create(const char* site, Shape gshape, DType dtype,
                                 std::optional<int> split, Comm comm, Fill fill, double value) {
-  return Impl::new_balanced<M>(
+  return Detail::new_balanced<M>(
       site, gshape, dtype, split, comm,
-      [&](Impl::Signature& sig) {
+      [&](Detail::Signature& sig) {
         if (fill == Fill::Value) sig.arg("value", value);
       },
       [&](DistView& view) {
@@ -113,13 +113,13 @@ struct LocalMeta {
 
   // What must agree on every rank: split, rank, dtype and every extent but the split axis's.
   std::uint64_t fingerprint() const {
-    std::uint64_t h = Impl::combine64(static_cast<std::uint64_t>(split_given),
-                                      static_cast<std::uint64_t>(split_given ? split : 0));
-    h = Impl::combine64(Impl::combine64(h, static_cast<std::uint64_t>(ndim)),
-                        static_cast<std::uint64_t>(dtype));
+    std::uint64_t h = Detail::combine64(static_cast<std::uint64_t>(split_given),
+                                        static_cast<std::uint64_t>(split_given ? split : 0));
+    h = Detail::combine64(Detail::combine64(h, static_cast<std::uint64_t>(ndim)),
+                          static_cast<std::uint64_t>(dtype));
     for (int d = 0; d < ndim; ++d) {
       if (!split_given || d != split)
-        h = Impl::combine64(h, static_cast<std::uint64_t>(extents[d]));
+        h = Detail::combine64(h, static_cast<std::uint64_t>(extents[d]));
     }
     return h;
   }
@@ -159,19 +159,19 @@ std::string mismatch(int r, const LocalMeta& m, const LocalMeta& ref) {
 void check_local_metas(const Comm& comm, const LocalMeta& mine, const std::vector<LocalRows>& all) {
   std::vector<std::uint64_t> fingerprints;
   for (const LocalRows& rows : all) fingerprints.push_back(rows.meta);
-  const std::vector<int> bad = Impl::ranks_differing(fingerprints, 0);
+  const std::vector<int> bad = Detail::ranks_differing(fingerprints, 0);
   if (!bad.empty()) {
-    Impl::raise_differing(comm, 0, bad, Impl::bytes_of(mine),
-                          [](int r, const std::string& theirs, const std::string& rank0s) {
-                            return mismatch(r, Impl::from_bytes<LocalMeta>(theirs),
-                                            Impl::from_bytes<LocalMeta>(rank0s));
-                          });
+    Detail::raise_differing(comm, 0, bad, Detail::bytes_of(mine),
+                            [](int r, const std::string& theirs, const std::string& rank0s) {
+                              return mismatch(r, Detail::from_bytes<LocalMeta>(theirs),
+                                              Detail::from_bytes<LocalMeta>(rank0s));
+                            });
   }
   if (mine.split_given) {
     std::int64_t total = 0;
     for (int r = 0; r < comm.size(); ++r) {
       if (all[r].count > std::numeric_limits<std::int64_t>::max() - total) {
-        Impl::raise_detected<ValueError>(
+        Detail::raise_detected<ValueError>(
             comm, {r}, {"kvmap::DistView::from_local: the split extents sum beyond int64"});
       }
       total += all[r].count;
@@ -190,12 +190,12 @@ DistView<M> DistView<M>::from_local_source(const LocalSource& source, std::optio
     std::vector<std::int64_t> counts;
   };
   // Every rank's count is data that really moves: one gather of 32 bytes per rank.
-  Impl::Collective<LocalRows> call("DistView::from_local", comm);
-  std::optional<Plan> plan = call.plan([&](Impl::Signature&, LocalRows& rows) {
+  Detail::Collective<LocalRows> call("DistView::from_local", comm);
+  std::optional<Plan> plan = call.plan([&](Detail::Signature&, LocalRows& rows) {
     DType dtype = DType::Float32;
     Impl::LocalBlock block = source(dtype);
     const int ndim = static_cast<int>(block.extents.size());
-    Impl::checked_span_bytes(block.extents, block.strides, size_of(dtype));
+    Detail::checked_span_bytes(block.extents, block.strides, size_of(dtype));
     KVMAP_CHECK(!split || ndim > 0, ValueError,
                 "kvmap::DistView::from_local: a 0-dimensional array cannot be split (split="
                     << *split << "); pass split=std::nullopt");
@@ -234,10 +234,10 @@ template <class M>
 DistView<M> DistView<M>::from_local(const at::Tensor& local, std::optional<int> split, Comm comm) {
   return from_local_source(
       [&local](DType& dtype) {
-        Impl::LocalBlock block = Impl::block_from_tensor(local);
+        Impl::LocalBlock block = Detail::block_from_tensor(local);
         dtype = from_torch(local.scalar_type());
-        Impl::check_same_device(local, Impl::device_of<M>(),
-                                "kvmap::DistView::from_local: the tensor");
+        Detail::check_same_device(local, Impl::device_of<M>(),
+                                  "kvmap::DistView::from_local: the tensor");
         return block;
       },
       split, std::move(comm));
@@ -249,8 +249,8 @@ DistView<M> DistView<M>::from_local(const at::Tensor& local, const Layout& layou
     Impl::LocalBlock block;
     DType dtype;
   };
-  Impl::Collective<> call("DistView::from_local(layout)", comm);
-  std::optional<Plan> plan = call.plan([&](Impl::Signature& sig, Impl::NoPayload&) {
+  Detail::Collective<> call("DistView::from_local(layout)", comm);
+  std::optional<Plan> plan = call.plan([&](Detail::Signature& sig, Detail::NoPayload&) {
     KVMAP_CHECK(local.defined(), ValueError,
                 "kvmap::DistView::from_local: the tensor is undefined");
     const DType dtype = from_torch(local.scalar_type());
@@ -264,9 +264,10 @@ DistView<M> DistView<M>::from_local(const at::Tensor& local, const Layout& layou
                     << comm.rank() << "'s tensor has shape "
                     << to_string(Shape(local.sizes().begin(), local.sizes().end()))
                     << ", but the layout gives it " << to_string(expected));
-    Impl::check_same_device(local, Impl::device_of<M>(), "kvmap::DistView::from_local: the tensor");
-    Impl::LocalBlock block = Impl::block_from_tensor(local);
-    Impl::checked_span_bytes(block.extents, block.strides, size_of(dtype));
+    Detail::check_same_device(local, Impl::device_of<M>(),
+                              "kvmap::DistView::from_local: the tensor");
+    Impl::LocalBlock block = Detail::block_from_tensor(local);
+    Detail::checked_span_bytes(block.extents, block.strides, size_of(dtype));
     return Plan{std::move(block), dtype};
   });
   call.agree();

@@ -1,4 +1,4 @@
-#include "detail/exchange_plan.hpp"
+#include "detail/distributed/exchange_plan.hpp"
 
 #include <algorithm>
 #include <climits>
@@ -7,18 +7,18 @@
 
 #include "kvmap/error.hpp"
 
-#include "detail/comm.hpp"
-#include "detail/local_block.hpp"
-#include "detail/stats.hpp"
+#include "detail/platform/comm.hpp"
+#include "detail/layout/local_block.hpp"
+#include "detail/platform/stats.hpp"
 
-namespace kvmap::Impl {
+namespace kvmap::Detail {
 
 namespace {
 
 // Packs a side into scratch unless every piece can travel in place; in place pieces use a
 // contiguous run or a datatype placed relative to the block's base.
 void plan_side(Side& side, bool send, const std::vector<std::int64_t>& strides, const Box& whole,
-               std::size_t itemsize, bool datatypes_allowed, bool staged, Impl::Messages& x) {
+               std::size_t itemsize, bool datatypes_allowed, bool staged, Detail::Messages& x) {
   std::size_t off = 0;
   for (Piece& p : side.pieces) {
     p.packed_offset = off;
@@ -29,7 +29,7 @@ void plan_side(Side& side, bool send, const std::vector<std::int64_t>& strides, 
   for (std::size_t d = 0; d < strides.size(); ++d)
     byte_strides[d] = strides[d] * static_cast<std::int64_t>(itemsize);
   side.packed = staged;
-  std::vector<Impl::MpiDatatype> types(side.pieces.size());
+  std::vector<Detail::MpiDatatype> types(side.pieces.size());
   for (std::size_t i = 0; i < side.pieces.size() && !side.packed; ++i) {
     const Piece& p = side.pieces[i];
     if (contiguous_in(strides, p.box)) continue;
@@ -38,8 +38,8 @@ void plan_side(Side& side, bool send, const std::vector<std::int64_t>& strides, 
       break;
     }
     try {
-      types[i] = Impl::box_type(p.box.extents(), byte_strides, itemsize,
-                                offset_bytes(strides, whole, p.box, itemsize));
+      types[i] = Detail::box_type(p.box.extents(), byte_strides, itemsize,
+                                  offset_bytes(strides, whole, p.box, itemsize));
     } catch (const ValueError&) {
       side.packed = true;  // beyond MPI's count limit: packed and cut into pieces instead
     }
@@ -117,12 +117,12 @@ void plan_all_to_all(ExchangePlan& x, const PlanKey& key,
     return b;
   };
   const auto src_bytes = bytes_of(key.source_strides), dst_bytes = bytes_of(dst_strides);
-  Impl::PeerTypes send(P), recv(P);
-  auto add = [&](Impl::PeerTypes& side, int peer, const Box& box, const Box& whole,
+  Detail::PeerTypes send(P), recv(P);
+  auto add = [&](Detail::PeerTypes& side, int peer, const Box& box, const Box& whole,
                  const std::vector<std::int64_t>& strides,
                  const std::vector<std::int64_t>& byte_strides) {
-    side.set(peer, Impl::box_type(box.extents(), byte_strides, itemsize,
-                                  offset_bytes(strides, whole, box, itemsize)));
+    side.set(peer, Detail::box_type(box.extents(), byte_strides, itemsize,
+                                    offset_bytes(strides, whole, box, itemsize)));
   };
   for (const Piece& q : x.send.pieces)
     add(send, q.peer, q.box, x.my_src, key.source_strides, src_bytes);
@@ -282,4 +282,4 @@ std::shared_ptr<ExchangePlan> find_or_build_plan(PlanKey key, int me, int P, boo
   return plan;
 }
 
-}  // namespace kvmap::Impl
+}  // namespace kvmap::Detail

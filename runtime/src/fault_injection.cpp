@@ -1,11 +1,11 @@
-#include "detail/fault_injection.hpp"
+#include "detail/collective/fault_injection.hpp"
 
 #include <atomic>
 #include <mutex>
 
 #include "kvmap/error.hpp"
 
-namespace kvmap::Impl {
+namespace kvmap::Detail {
 
 namespace {
 std::atomic<bool> g_armed{false};
@@ -46,4 +46,4 @@ void fault_point(const char* site, FaultPhase phase, int rank) {
               std::to_string(rank));
 }
 
-}  // namespace kvmap::Impl
+}  // namespace kvmap::Detail

@@ -1,4 +1,4 @@
-#include "detail/gpu_aware_mpi.hpp"
+#include "detail/platform/gpu_aware_mpi.hpp"
 
 #include <mpi.h>
 
@@ -11,17 +11,17 @@
 #include <optional>
 
 #include "kvmap/comm.hpp"
-#include "detail/mpi_transport.hpp"
+#include "detail/platform/mpi_transport.hpp"
 #include "kvmap/config.hpp"
 #include "kvmap/error.hpp"
-#include "detail/testing.hpp"
+#include "detail/testing/hooks.hpp"
 
 // Open MPI declares its GPU queries in mpi-ext.h, MPICH in mpi.h.
 #if defined(OPEN_MPI) && OPEN_MPI && __has_include(<mpi-ext.h>)
 #include <mpi-ext.h>
 #endif
 
-namespace kvmap::Impl {
+namespace kvmap::Detail {
 
 namespace {
 
@@ -130,7 +130,7 @@ void decide_gpu_aware_mpi_on_every_rank() {
   const std::int32_t failed = error.empty() ? 0 : 1;
   // Through kvmap's duplicate of the world, like every MPI call of kvmap: counted by stats().
   const Comm world = Comm::world();
-  if ((world.size() > 1 ? Impl::transport(world).allreduce_max(failed) : failed) == 0) return;
+  if ((world.size() > 1 ? Detail::transport(world).allreduce_max(failed) : failed) == 0) return;
   throw Error(failed ? error
                      : "kvmap: KVMAP_GPU_AWARE_MPI is neither 0 nor 1 on another rank (its "
                        "message names the value)");
@@ -162,4 +162,4 @@ void redecide_gpu_aware_mpi() {
   g_direct = g_decision->direct ? 1 : 0;
 }
 
-}  // namespace kvmap::Impl
+}  // namespace kvmap::Detail

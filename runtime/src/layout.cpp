@@ -5,7 +5,7 @@
 #include <sstream>
 
 #include "kvmap/error.hpp"
-#include "detail/hash.hpp"
+#include "detail/layout/hash.hpp"
 
 namespace kvmap {
 
@@ -62,7 +62,7 @@ struct Layout::Rows {
       offsets[r] = off;
       off += counts[r];
       with_rows += counts[r] > 0 ? 1 : 0;
-      h = Impl::combine64(h, static_cast<std::uint64_t>(counts[r]));
+      h = Detail::combine64(h, static_cast<std::uint64_t>(counts[r]));
     }
     hash = h;
   }
@@ -136,13 +136,13 @@ Layout::~Layout() {
 }
 
 std::uint64_t Layout::compute_fingerprint() const {
-  std::uint64_t h = Impl::combine64(0x6c61796f7574ull, static_cast<std::uint64_t>(nranks_));
-  h = Impl::combine64(h, gshape_.size());
-  for (std::int64_t e : gshape_) h = Impl::combine64(h, static_cast<std::uint64_t>(e));
-  h = Impl::combine64(h, split_ ? static_cast<std::uint64_t>(*split_) : ~0ull);
-  h = Impl::combine64(h, static_cast<std::uint64_t>(kind_));
-  if (kind_ == Kind::OneRank) h = Impl::combine64(h, static_cast<std::uint64_t>(holder_));
-  if (kind_ == Kind::Counts) h = Impl::combine64(h, rows_->hash);
+  std::uint64_t h = Detail::combine64(0x6c61796f7574ull, static_cast<std::uint64_t>(nranks_));
+  h = Detail::combine64(h, gshape_.size());
+  for (std::int64_t e : gshape_) h = Detail::combine64(h, static_cast<std::uint64_t>(e));
+  h = Detail::combine64(h, split_ ? static_cast<std::uint64_t>(*split_) : ~0ull);
+  h = Detail::combine64(h, static_cast<std::uint64_t>(kind_));
+  if (kind_ == Kind::OneRank) h = Detail::combine64(h, static_cast<std::uint64_t>(holder_));
+  if (kind_ == Kind::Counts) h = Detail::combine64(h, rows_->hash);
   return h;
 }
 

@@ -9,9 +9,9 @@
 
 #include "kvmap/error.hpp"
 
-#include "detail/collective.hpp"
-#include "detail/exact_sum.hpp"
-#include "detail/local_block.hpp"
+#include "detail/collective/collective.hpp"
+#include "detail/layout/exact_sum.hpp"
+#include "detail/layout/local_block.hpp"
 
 namespace kvmap::linalg {
 
@@ -25,7 +25,7 @@ void check_operand(const DistView<M>& x, const char* what, const char* arg) {
   KVMAP_CHECK(x.dtype() == DType::Float32 || x.dtype() == DType::Float64, TypeError,
               "kvmap::linalg::" << what << ": " << arg << " must be float32 or float64, got "
                                 << name(x.dtype()));
-  const auto contiguous = Impl::row_major_strides(x.lshape());
+  const auto contiguous = Detail::row_major_strides(x.lshape());
   bool ok = true;
   for (int d = 0; d < x.ndim(); ++d)
     ok = ok && (x.lshape()[d] <= 1 || x.local_strides()[d] == contiguous[d]);
@@ -51,7 +51,7 @@ void check_pair(const DistView<M>& x, const DistView<M>& y, const char* what) {
 
 // What every rank must pass alike: the operands' layouts, dtypes and communicators.
 template <class M>
-void describe(Impl::Signature& sig, const DistView<M>& x, const char* name) {
+void describe(Detail::Signature& sig, const DistView<M>& x, const char* name) {
   sig.arg(name, x.layout()).arg("dtype", x.dtype()).arg("comm", x.comm());
 }
 
@@ -109,7 +109,7 @@ struct SquareSumsOf {
 // The exact sum of every rank's parts (any order, any number of ranks: the same bits),
 // reduced in the agreement.
 struct ExactPayload {
-  Impl::ExactSum sum;
+  Detail::ExactSum sum;
   static void combine(const ExactPayload& in, ExactPayload& inout) { inout.sum.merge(in.sum); }
 };
 
@@ -118,12 +118,12 @@ struct ExactPayload {
 // squares below the double range could matter: then a second pass with Blue's scaled sums.
 // Float32 elements square in double without either, whatever their values.
 template <class M>
-Impl::ExactSum local_squares(const DistView<M>& x) {
+Detail::ExactSum local_squares(const DistView<M>& x) {
   using Exec = typename DistView<M>::execution_space;
   std::int64_t n = 1;
   for (std::int64_t e : x.lshape()) n *= e;
   const Kokkos::RangePolicy<Exec> all(0, static_cast<std::size_t>(n));
-  Impl::ExactSum out;
+  Detail::ExactSum out;
   double plain = 0.0;
   if (x.dtype() == DType::Float32) {
     const auto v = flat<float>(x);
@@ -161,9 +161,9 @@ Impl::ExactSum local_squares(const DistView<M>& x) {
 // the same result on every rank and from run to run.
 template <class M>
 double dot(const DistView<M>& x, const DistView<M>& y) {
-  return Impl::collective<ExactPayload>(
+  return Detail::collective<ExactPayload>(
       "linalg::dot", x.comm(),
-      [&](Impl::Signature& sig, ExactPayload& partial) {
+      [&](Detail::Signature& sig, ExactPayload& partial) {
         describe(sig, x, "x");
         describe(sig, y, "y");
         check_pair(x, y, "dot");
@@ -175,7 +175,7 @@ double dot(const DistView<M>& x, const DistView<M>& y) {
         return true;
       },
       [](bool, const ExactPayload& total) {
-        const Impl::ExactSum& s = total.sum;
+        const Detail::ExactSum& s = total.sum;
         if (s.nan > 0 || (s.pos_inf > 0 && s.neg_inf > 0))
           return std::numeric_limits<double>::quiet_NaN();
         if (s.pos_inf > 0) return std::numeric_limits<double>::infinity();
@@ -187,9 +187,9 @@ double dot(const DistView<M>& x, const DistView<M>& y) {
 
 template <class M>
 double nrm2(const DistView<M>& x) {
-  return Impl::collective<ExactPayload>(
+  return Detail::collective<ExactPayload>(
       "linalg::nrm2", x.comm(),
-      [&](Impl::Signature& sig, ExactPayload& partial) {
+      [&](Detail::Signature& sig, ExactPayload& partial) {
         describe(sig, x, "x");
         check_operand(x, "nrm2", "x");
         partial.sum = local_squares(x);
@@ -197,7 +197,7 @@ double nrm2(const DistView<M>& x) {
       },
       [](bool, const ExactPayload& total) {
         // A NaN element makes the norm NaN, an infinite one (and no NaN) infinite.
-        const Impl::ExactSum& s = total.sum;
+        const Detail::ExactSum& s = total.sum;
         if (s.nan > 0) return std::numeric_limits<double>::quiet_NaN();
         if (s.pos_inf > 0 || s.neg_inf > 0) return std::numeric_limits<double>::infinity();
         auto [m, e] = s.rounded();
@@ -212,16 +212,16 @@ double nrm2(const DistView<M>& x) {
 // y is written only after every rank's checks passed.
 template <class M>
 void axpby(double a, const DistView<M>& x, double b, DistView<M>& y) {
-  Impl::collective(
+  Detail::collective(
       "linalg::axpby", x.comm(),
-      [&](Impl::Signature& sig, Impl::NoPayload&) {
+      [&](Detail::Signature& sig, Detail::NoPayload&) {
         describe(sig, x, "x");
         describe(sig, y, "y");
         sig.arg("a", a).arg("b", b);
         check_pair(x, y, "axpby");
         return true;
       },
-      [&](bool, const Impl::NoPayload&) {
+      [&](bool, const Detail::NoPayload&) {
         if (x.dtype() == DType::Float64) {
           KokkosBlas::axpby(a, flat<double>(x), b, flat<double>(y));
         } else {

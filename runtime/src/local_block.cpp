@@ -1,4 +1,4 @@
-#include "detail/local_block.hpp"
+#include "detail/layout/local_block.hpp"
 
 #include <cstdint>
 #include <limits>
@@ -6,7 +6,7 @@
 #include "kvmap/error.hpp"
 #include "kvmap/layout.hpp"
 
-namespace kvmap::Impl {
+namespace kvmap::Detail {
 
 std::vector<std::int64_t> row_major_strides(const std::vector<std::int64_t>& extents) {
   std::vector<std::int64_t> strides(extents.size());
@@ -112,4 +112,4 @@ StridedCopy make_strided_copy(const std::vector<std::int64_t>& extents,
   return g;
 }
 
-}  // namespace kvmap::Impl
+}  // namespace kvmap::Detail

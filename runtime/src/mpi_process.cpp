@@ -1,4 +1,4 @@
-#include "detail/mpi_process.hpp"
+#include "detail/platform/mpi_process.hpp"
 
 #include <mpi.h>
 
@@ -8,9 +8,9 @@
 #include <thread>
 
 #include "kvmap/error.hpp"
-#include "detail/comm.hpp"
+#include "detail/platform/comm.hpp"
 
-namespace kvmap::Impl {
+namespace kvmap::Detail {
 
 void check_mpi(int rc, const char* call) {
   if (rc == MPI_SUCCESS) return;
@@ -80,4 +80,4 @@ void abort_job(const std::string& message) {
   std::abort();
 }
 
-}  // namespace kvmap::Impl
+}  // namespace kvmap::Detail

@@ -1,4 +1,4 @@
-#include "detail/mpi_transport.hpp"
+#include "detail/platform/mpi_transport.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -8,12 +8,12 @@
 #include <utility>
 
 #include "kvmap/error.hpp"
-#include "detail/comm.hpp"
-#include "detail/mpi_process.hpp"
-#include "detail/stats.hpp"
-#include "detail/testing.hpp"
+#include "detail/platform/comm.hpp"
+#include "detail/platform/mpi_process.hpp"
+#include "detail/platform/stats.hpp"
+#include "detail/testing/hooks.hpp"
 
-namespace kvmap::Impl {
+namespace kvmap::Detail {
 
 namespace {
 
@@ -426,4 +426,4 @@ MpiDatatype box_type(const std::vector<std::int64_t>& extents,
   return out;
 }
 
-}  // namespace kvmap::Impl
+}  // namespace kvmap::Detail

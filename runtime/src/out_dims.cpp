@@ -1,10 +1,10 @@
-#include "detail/out_dims.hpp"
+#include "detail/layout/out_dims.hpp"
 
 #include "kvmap/error.hpp"
 #include "kvmap/impl/local_block.hpp"
 #include "kvmap/layout.hpp"
 
-namespace kvmap::Impl {
+namespace kvmap::Detail {
 
 std::int64_t normalize_out_dim(const std::vector<std::int64_t>& dims, std::size_t k,
                                std::size_t nout, std::int64_t per_sample_ndim) {
@@ -28,4 +28,4 @@ std::int64_t normalize_out_dim(const std::vector<std::int64_t>& dims, std::size_
   return d < 0 ? d + rank : d;
 }
 
-}  // namespace kvmap::Impl
+}  // namespace kvmap::Detail

@@ -5,11 +5,11 @@
 
 #include "kvmap/error.hpp"
 
-#include "detail/comm.hpp"
-#include "detail/collective.hpp"
-#include "detail/dist_view_access.hpp"
-#include "detail/hash.hpp"
-#include "detail/random.hpp"
+#include "detail/platform/comm.hpp"
+#include "detail/collective/collective.hpp"
+#include "detail/distributed/dist_view_access.hpp"
+#include "detail/layout/hash.hpp"
+#include "detail/distributed/random.hpp"
 
 namespace kvmap {
 
@@ -55,7 +55,7 @@ void fill_random(const DistView<M>& out, std::uint64_t key, Distribution dist) {
           global += (rest % g.lext[d] + g.lo[d]) * g.gstride[d];
           rest /= g.lext[d];
         }
-        data[i] = Impl::philox_element<T>(static_cast<std::uint64_t>(global), 0, key, normal);
+        data[i] = Detail::philox_element<T>(static_cast<std::uint64_t>(global), 0, key, normal);
       });
   Exec().fence();
 }
@@ -66,10 +66,11 @@ DistView<M> make_random(const char* site, Shape gshape, DType dtype, std::option
   // Seeded calls use stream 0 of that seed; unseeded calls take the next stream of this
   // communicator, on every rank whatever happens next, and every rank must use the same key:
   // agreed with the arguments.
-  const Impl::StreamState state = seed ? Impl::StreamState{*seed, 0} : Impl::next_stream(comm);
-  return Impl::new_balanced<M>(
+  const Detail::StreamState state =
+      seed ? Detail::StreamState{*seed, 0} : Detail::next_stream(comm);
+  return Detail::new_balanced<M>(
       site, gshape, dtype, split, comm,
-      [&](Impl::Signature& sig) {
+      [&](Detail::Signature& sig) {
         sig.arg("seed", state.seed).arg("stream", state.stream);
         KVMAP_CHECK(dtype == DType::Float32 || dtype == DType::Float64, TypeError,
                     "kvmap::" << site << ": dtype must be float32 or float64, got " << name(dtype));
@@ -86,13 +87,13 @@ DistView<M> make_random(const char* site, Shape gshape, DType dtype, std::option
 }  // namespace
 
 void manual_seed(std::uint64_t seed, const Comm& comm) {
-  Impl::collective(
+  Detail::collective(
       "manual_seed", comm,
-      [&](Impl::Signature& sig, Impl::NoPayload&) {
+      [&](Detail::Signature& sig, Detail::NoPayload&) {
         sig.arg("seed", seed);
         return true;
       },
-      [&](bool, const Impl::NoPayload&) {
+      [&](bool, const Detail::NoPayload&) {
         std::lock_guard<std::mutex> lock(g_seed_mutex);
         g_seed = seed;
         ++g_seed_epoch;
@@ -105,7 +106,7 @@ std::uint64_t initial_seed() {
   return g_seed;
 }
 
-namespace Impl {
+namespace Detail {
 std::uint64_t stream_key(std::uint64_t seed, std::uint64_t stream) {
   return splitmix64(splitmix64(seed) ^ (stream * 0xD1B54A32D192ED03ull + 0x8CB92BA72F3D8DD7ull));
 }
@@ -116,9 +117,9 @@ StreamState next_stream(const Comm& comm) {
     seed = g_seed;
     epoch = g_seed_epoch;
   }
-  return StreamState{seed, Impl::next_sequence(comm, epoch)};
+  return StreamState{seed, Detail::next_sequence(comm, epoch)};
 }
-}  // namespace Impl
+}  // namespace Detail
 
 namespace random {
 

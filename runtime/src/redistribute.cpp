@@ -1,7 +1,7 @@
 // DistView's collective redistributions (redistribute, resplit, balance, gather,
 // allgather, from_global, scatter): each checks its arguments, plans an exchange
-// (detail/exchange_plan.hpp) and allocates before the agreement, and runs it
-// (detail/run_exchange.hpp) after.
+// (detail/distributed/exchange_plan.hpp) and allocates before the agreement, and runs it
+// (detail/distributed/run_exchange.hpp) after.
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -11,26 +11,26 @@
 #include "kvmap/error.hpp"
 #include "kvmap/tensor_bridge.hpp"
 
-#include "detail/collective.hpp"
-#include "detail/dist_view_access.hpp"
-#include "detail/local_block.hpp"
-#include "detail/stats.hpp"
-#include "detail/tensor_bridge.hpp"
-#include "detail/run_exchange.hpp"
-#include "detail/allocation.hpp"
+#include "detail/collective/collective.hpp"
+#include "detail/distributed/dist_view_access.hpp"
+#include "detail/layout/local_block.hpp"
+#include "detail/platform/stats.hpp"
+#include "detail/platform/tensor_bridge.hpp"
+#include "detail/distributed/run_exchange.hpp"
+#include "detail/platform/allocation.hpp"
 
 namespace kvmap {
 
 namespace {
 
-using Impl::plan_exchange;
-using Impl::PlannedExchange;
-using Impl::run_exchange;
+using Detail::plan_exchange;
+using Detail::PlannedExchange;
+using Detail::run_exchange;
 
 // The arguments of a redistribution that every rank must pass alike: the array's layout and
 // dtype (so ranks passing different arrays are told, not left in mismatched exchanges).
 template <class M>
-void describe_source(Impl::Signature& sig, const DistView<M>& v) {
+void describe_source(Detail::Signature& sig, const DistView<M>& v) {
   sig.arg("layout", v.layout()).arg("dtype", v.dtype());
 }
 
@@ -38,9 +38,9 @@ void describe_source(Impl::Signature& sig, const DistView<M>& v) {
 
 template <class M>
 DistView<M> DistView<M>::redistribute(const Layout& target) const {
-  return Impl::collective(
+  return Detail::collective(
       "DistView::redistribute", comm_,
-      [&](Impl::Signature& sig, Impl::NoPayload&) {
+      [&](Detail::Signature& sig, Detail::NoPayload&) {
         describe_source(sig, *this);
         sig.arg("target", target);
         KVMAP_CHECK(target.nranks() == comm_.size(), ValueError,
@@ -53,20 +53,20 @@ DistView<M> DistView<M>::redistribute(const Layout& target) const {
                         << ", the array " << to_string(gshape()));
         return plan_exchange(*this, target);  // its own memory, also when the layout is unchanged
       },
-      [](PlannedExchange<M>& x, const Impl::NoPayload&) { return run_exchange(x); });
+      [](PlannedExchange<M>& x, const Detail::NoPayload&) { return run_exchange(x); });
 }
 
 namespace {
 template <class M>
 DistView<M> to_balanced(const DistView<M>& v, std::optional<int> split, const char* site) {
-  return Impl::collective(
+  return Detail::collective(
       site, v.comm(),
-      [&](Impl::Signature& sig, Impl::NoPayload&) {
+      [&](Detail::Signature& sig, Detail::NoPayload&) {
         describe_source(sig, v);
         sig.arg("split", split);
         return plan_exchange(v, Layout::balanced(v.gshape(), split, v.comm().size()));
       },
-      [](PlannedExchange<M>& x, const Impl::NoPayload&) { return run_exchange(x); });
+      [](PlannedExchange<M>& x, const Detail::NoPayload&) { return run_exchange(x); });
 }
 }  // namespace
 
@@ -108,8 +108,8 @@ template <class M>
 at::Tensor run_gather(GatherPlan<M>& plan, int root, int me) {
   if (!plan.exchange) {
     if (plan.copy.defined()) {
-      Impl::count_bytes_copied(static_cast<std::uint64_t>(plan.copy.numel()) *
-                               plan.copy.element_size());
+      Detail::count_bytes_copied(static_cast<std::uint64_t>(plan.copy.numel()) *
+                                 plan.copy.element_size());
     }
     return plan.copy;
   }
@@ -120,9 +120,9 @@ at::Tensor run_gather(GatherPlan<M>& plan, int root, int me) {
 
 template <class M>
 at::Tensor DistView<M>::gather(int root) const {
-  return Impl::collective(
+  return Detail::collective(
       "DistView::gather", comm_,
-      [&](Impl::Signature& sig, Impl::NoPayload&) {
+      [&](Detail::Signature& sig, Detail::NoPayload&) {
         describe_source(sig, *this);
         sig.arg("root", root);
         KVMAP_CHECK(root >= 0 && root < comm_.size(), ValueError,
@@ -130,20 +130,20 @@ at::Tensor DistView<M>::gather(int root) const {
                                                      << " ranks");
         return plan_gather(*this, root);
       },
-      [&](GatherPlan<M>& plan, const Impl::NoPayload&) {
+      [&](GatherPlan<M>& plan, const Detail::NoPayload&) {
         return run_gather(plan, root, comm_.rank());
       });
 }
 
 template <class M>
 at::Tensor DistView<M>::allgather() const {
-  return Impl::collective(
+  return Detail::collective(
       "DistView::allgather", comm_,
-      [&](Impl::Signature& sig, Impl::NoPayload&) {
+      [&](Detail::Signature& sig, Detail::NoPayload&) {
         describe_source(sig, *this);
         return plan_gather(*this, -1);
       },
-      [&](GatherPlan<M>& plan, const Impl::NoPayload&) {
+      [&](GatherPlan<M>& plan, const Detail::NoPayload&) {
         return run_gather(plan, -1, comm_.rank());
       });
 }
@@ -154,24 +154,24 @@ DistView<M> DistView<M>::from_global(const at::Tensor& full, std::optional<int> 
     std::optional<DistView<M>> whole;         // replicated: the tensor adopted as it is
     std::optional<PlannedExchange<M>> slice;  // split: a copy of this rank's slice
   };
-  return Impl::collective(
+  return Detail::collective(
       "DistView::from_global", comm,
-      [&](Impl::Signature& sig, Impl::NoPayload&) {
+      [&](Detail::Signature& sig, Detail::NoPayload&) {
         sig.arg("split", split);
-        Impl::LocalBlock block = Impl::block_from_tensor(full);
+        Impl::LocalBlock block = Detail::block_from_tensor(full);
         const DType dtype = from_torch(full.scalar_type());
         sig.arg("shape", block.extents).arg("dtype", dtype);
-        Impl::check_same_device(full, Impl::device_of<M>(),
-                                "kvmap::DistView::from_global: the tensor");
+        Detail::check_same_device(full, Impl::device_of<M>(),
+                                  "kvmap::DistView::from_global: the tensor");
         const Layout target = Layout::balanced(block.extents, split, comm.size());
         Layout whole = Layout::replicated(block.extents, comm.size());
         Plan plan;
         plan.whole.emplace(
-            Impl::DistViewAccess::make<M>(std::move(whole), dtype, comm, std::move(block)));
+            Detail::DistViewAccess::make<M>(std::move(whole), dtype, comm, std::move(block)));
         if (split) plan.slice.emplace(plan_exchange(*plan.whole, target));
         return plan;
       },
-      [](Plan& plan, const Impl::NoPayload&) {
+      [](Plan& plan, const Detail::NoPayload&) {
         return plan.slice ? run_exchange(*plan.slice) : std::move(*plan.whole);
       });
 }
@@ -179,7 +179,7 @@ DistView<M> DistView<M>::from_global(const at::Tensor& full, std::optional<int> 
 namespace {
 // What root tells every rank about the tensor it scatters, reduced by maximum (zeros from the
 // other ranks): the number of dimensions and the dtype in word 0, then the extents.
-using ScatterMeta = Impl::HeldWords<1 + Impl::kMaxRank>;
+using ScatterMeta = Detail::HeldWords<1 + Impl::kMaxRank>;
 }  // namespace
 
 template <class M>
@@ -188,18 +188,18 @@ DistView<M> DistView<M>::scatter(const at::Tensor& full_on_root, std::optional<i
   // Two agreements: the other ranks learn root's shape and dtype from the first, and
   // allocate their part before the second.
   const int me = comm.rank();
-  Impl::Collective<ScatterMeta> arguments("DistView::scatter", comm);
+  Detail::Collective<ScatterMeta> arguments("DistView::scatter", comm);
   std::optional<Impl::LocalBlock> root_block =
-      arguments.plan([&](Impl::Signature& sig, ScatterMeta& meta) {
+      arguments.plan([&](Detail::Signature& sig, ScatterMeta& meta) {
         sig.arg("split", split).arg("root", root);
         KVMAP_CHECK(root >= 0 && root < comm.size(), ValueError,
                     "kvmap::DistView::scatter: root " << root << " out of range for " << comm.size()
                                                       << " ranks");
         Impl::LocalBlock block;
         if (me == root) {
-          block = Impl::block_from_tensor(full_on_root);
-          Impl::check_same_device(full_on_root, Impl::device_of<M>(),
-                                  "kvmap::DistView::scatter: the tensor");
+          block = Detail::block_from_tensor(full_on_root);
+          Detail::check_same_device(full_on_root, Impl::device_of<M>(),
+                                    "kvmap::DistView::scatter: the tensor");
           meta.words[0] = block.extents.size() << 32 |
                           static_cast<std::uint64_t>(from_torch(full_on_root.scalar_type()));
           for (std::size_t d = 0; d < block.extents.size(); ++d)
@@ -214,9 +214,9 @@ DistView<M> DistView<M>::scatter(const at::Tensor& full_on_root, std::optional<i
   for (int d = 0; d < ndim; ++d) gshape[d] = static_cast<std::int64_t>(meta.words[1 + d]);
   const DType dtype = static_cast<DType>(meta.words[0] & 0xffffffffu);
 
-  return Impl::collective(
+  return Detail::collective(
       "DistView::scatter", comm,
-      [&](Impl::Signature& sig, Impl::NoPayload&) {
+      [&](Detail::Signature& sig, Detail::NoPayload&) {
         sig.arg("gshape", gshape).arg("dtype", dtype).arg("split", split).arg("root", root);
         const Layout target = Layout::balanced(gshape, split, comm.size());
         // Root holds the whole array (a scalar: replicated), everyone else an empty piece.
@@ -230,16 +230,16 @@ DistView<M> DistView<M>::scatter(const at::Tensor& full_on_root, std::optional<i
         }
         if (me != root) {
           block.extents = source->lshape(me);
-          block.strides = Impl::row_major_strides(block.extents);
-          if (ndim == 0) block = Impl::allocate_block<M>(gshape, size_of(dtype));
+          block.strides = Detail::row_major_strides(block.extents);
+          if (ndim == 0) block = Detail::allocate_block<M>(gshape, size_of(dtype));
         }
-        return plan_exchange(Impl::DistViewAccess::make<M>(*source, dtype, comm, std::move(block)),
-                             target);
+        return plan_exchange(
+            Detail::DistViewAccess::make<M>(*source, dtype, comm, std::move(block)), target);
       },
-      [&](PlannedExchange<M>& x, const Impl::NoPayload&) {
+      [&](PlannedExchange<M>& x, const Detail::NoPayload&) {
         if (ndim == 0) {
           // A scalar: root's one element, broadcast into every rank's copy.
-          Impl::bcast_element<M>(comm, x.src_block.data, dtype, root);
+          Detail::bcast_element<M>(comm, x.src_block.data, dtype, root);
         }
         return run_exchange(x);
       });

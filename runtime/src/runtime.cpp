@@ -6,25 +6,25 @@
 #include "kvmap/comm.hpp"
 #include "kvmap/config.hpp"
 #include "kvmap/error.hpp"
-#include "detail/comm.hpp"
-#include "detail/mpi_process.hpp"
-#include "detail/device_map.hpp"
-#include "detail/gpu_aware_mpi.hpp"
+#include "detail/platform/comm.hpp"
+#include "detail/platform/mpi_process.hpp"
+#include "detail/platform/device_map.hpp"
+#include "detail/platform/gpu_aware_mpi.hpp"
 
 namespace kvmap {
 
 ScopeGuard::ScopeGuard(int& argc, char**& argv) {
-  started_mpi_ = Impl::init_mpi(argc, argv);
+  started_mpi_ = Detail::init_mpi(argc, argv);
   try {
     // Kokkos 4's own ScopeGuard aborts when Kokkos is already up, so ask first.
     if (!Kokkos::is_initialized()) {
-      Impl::initialize_kokkos(argc, argv);
+      Detail::initialize_kokkos(argc, argv);
       started_kokkos_ = true;
     } else {
-      Impl::decide_gpu_aware_mpi_on_every_rank();
+      Detail::decide_gpu_aware_mpi_on_every_rank();
     }
   } catch (...) {
-    if (started_mpi_) Impl::finalize_mpi();
+    if (started_mpi_) Detail::finalize_mpi();
     throw;
   }
 }
@@ -37,7 +37,7 @@ namespace {
 // The MPI library's name for itself up to its first line break or comma, blanks collapsed
 // ("Open MPI v4.1.4", "MPICH Version: 4.0.2").
 std::string mpi_library() {
-  const std::string full = Impl::mpi_library_version();
+  const std::string full = Detail::mpi_library_version();
   std::string name;
   for (char c : full.substr(0, full.find_first_of("\n,"))) {
     const bool blank = c == ' ' || c == '\t';
@@ -53,9 +53,9 @@ const char* build_info() {
   thread_local std::string text;
   text = "kvmap " KVMAP_VERSION_STRING " (Kokkos " KVMAP_KOKKOS_VERSION_STRING
          ", devices " KVMAP_KOKKOS_DEVICES_STRING "; LibTorch " KVMAP_TORCH_VERSION_STRING;
-  if (Impl::mpi_running()) {
-    const Impl::GpuAwareDecision gpu_aware = Impl::gpu_aware_mpi();
-    text += "; MPI " + mpi_library() + "; device " + Impl::device_report() + "; GPU-aware MPI " +
+  if (Detail::mpi_running()) {
+    const Detail::GpuAwareDecision gpu_aware = Detail::gpu_aware_mpi();
+    text += "; MPI " + mpi_library() + "; device " + Detail::device_report() + "; GPU-aware MPI " +
             (gpu_aware.direct ? "yes" : "no") + " (" + gpu_aware.reason + ")";
   }
   text += ")";
@@ -64,7 +64,7 @@ const char* build_info() {
 
 ScopeGuard::~ScopeGuard() {
   if (started_kokkos_) Kokkos::finalize();
-  if (started_mpi_) Impl::finalize_mpi();
+  if (started_mpi_) Detail::finalize_mpi();
 }
 
 }  // namespace kvmap

@@ -1,6 +1,6 @@
 #include "kvmap/stats.hpp"
-#include "detail/gpu_aware_mpi.hpp"
-#include "detail/stats.hpp"
+#include "detail/platform/gpu_aware_mpi.hpp"
+#include "detail/platform/stats.hpp"
 
 #include <atomic>
 
@@ -35,7 +35,7 @@ Stats stats() {
   s.bytes_allocated = c.bytes_allocated.load();
   s.bytes_live = c.bytes_live.load();
   s.plans_built = c.plans_built.load();
-  s.gpu_aware_mpi = Impl::gpu_aware_mpi_if_decided();
+  s.gpu_aware_mpi = Detail::gpu_aware_mpi_if_decided();
   return s;
 }
 
@@ -50,7 +50,7 @@ void reset_stats() {
   c.plans_built = 0;
 }
 
-namespace Impl {
+namespace Detail {
 void count_bytes_copied(std::uint64_t n) {
   counters().bytes_copied += n;
 }
@@ -81,6 +81,6 @@ void count_deallocation(std::uint64_t n) {
 std::int64_t live_allocations() {
   return counters().allocations_live.load();
 }
-}  // namespace Impl
+}  // namespace Detail
 
 }  // namespace kvmap

@@ -5,8 +5,8 @@
 #include "kvmap/error.hpp"
 #include "kvmap/layout.hpp"
 
-#include "detail/local_block.hpp"
-#include "detail/tensor_bridge.hpp"
+#include "detail/layout/local_block.hpp"
+#include "detail/platform/tensor_bridge.hpp"
 
 namespace kvmap {
 
@@ -32,7 +32,7 @@ DType from_torch(at::ScalarType type) {
                   " has no kvmap::DType");
 }
 
-namespace Impl {
+namespace Detail {
 
 at::Device torch_device(DeviceSpec device) {
   if (device.kind == DeviceKind::CPU) return at::Device(at::kCPU);
@@ -54,7 +54,11 @@ void check_same_device(const at::Tensor& tensor, const DeviceSpec& want, const s
                    << torch_device(want));
 }
 
+}  // namespace Detail
+
+namespace Impl {
 at::Tensor tensor_from_block(const LocalBlock& block, DType dtype, DeviceSpec device) {
+  using namespace Detail;
   // The tensor's storage holds a copy of the block's owner (one allocation, a plain deleter:
   // this runs on every vmap call).
   return at::for_blob(block.data, block.extents)
@@ -64,6 +68,9 @@ at::Tensor tensor_from_block(const LocalBlock& block, DType dtype, DeviceSpec de
       .options(at::TensorOptions().dtype(to_torch(dtype)).device(torch_device(device)))
       .make_tensor();
 }
+}  // namespace Impl
+
+namespace Detail {
 
 LocalBlock block_from_tensor(const at::Tensor& tensor) {
   KVMAP_CHECK(tensor.defined(), ValueError,
@@ -104,5 +111,5 @@ MemorySpan span_of(const at::Tensor& tensor) {
                    tensor.sizes().size(), tensor.element_size());
 }
 
-}  // namespace Impl
+}  // namespace Detail
 }  // namespace kvmap

@@ -1,4 +1,4 @@
-#include "detail/torch_compat.hpp"
+#include "detail/platform/torch_compat.hpp"
 
 #include <ATen/ATen.h>
 #include <ATen/functorch/BatchedTensorImpl.h>
@@ -7,7 +7,7 @@
 
 #include "kvmap/error.hpp"
 
-namespace kvmap::Impl::torch_compat {
+namespace kvmap::Detail::torch_compat {
 
 namespace functorch = at::functorch;
 
@@ -83,4 +83,4 @@ at::Tensor make_batched(const at::Tensor& physical, std::int64_t level) {
   return functorch::addBatchDim(physical, 0, level);
 }
 
-}  // namespace kvmap::Impl::torch_compat
+}  // namespace kvmap::Detail::torch_compat

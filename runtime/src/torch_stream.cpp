@@ -2,7 +2,7 @@
 // compiled against the CUDA LibTorch's c10/cuda headers wherever LibTorch was built with CUDA
 // (KVMAP_TORCH_CUDA), also on machines without a GPU or a CUDA Kokkos, so that this interop
 // is compiled in every build that could use it; it calls no Kokkos.
-#include "detail/torch_stream.hpp"
+#include "detail/platform/torch_stream.hpp"
 
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
@@ -15,9 +15,9 @@
 #endif
 
 #include "kvmap/tensor_bridge.hpp"
-#include "detail/tensor_bridge.hpp"
+#include "detail/platform/tensor_bridge.hpp"
 
-namespace kvmap::Impl {
+namespace kvmap::Detail {
 
 struct TorchStreamScope::State {
   c10::DeviceGuard device_guard;
@@ -64,4 +64,4 @@ void torch_use_device(const DeviceSpec& device) {
   c10::impl::VirtualGuardImpl(d.type()).setDevice(d);
 }
 
-}  // namespace kvmap::Impl
+}  // namespace kvmap::Detail

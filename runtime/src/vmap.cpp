@@ -16,22 +16,22 @@
 #include <tuple>
 
 #include "kvmap/error.hpp"
-#include "detail/out_dims.hpp"
-#include "detail/torch_compat.hpp"
-#include "detail/vmap_randomness.hpp"
+#include "detail/layout/out_dims.hpp"
+#include "detail/platform/torch_compat.hpp"
+#include "detail/vmap/vmap_randomness.hpp"
 #include "kvmap/random.hpp"
 #include "kvmap/stats.hpp"
 #include "kvmap/tensor_bridge.hpp"
 
-#include "detail/collective.hpp"
-#include "detail/vmap_agreement.hpp"
-#include "detail/dist_view_access.hpp"
-#include "detail/torch_stream.hpp"
-#include "detail/stats.hpp"
-#include "detail/random.hpp"
-#include "detail/allocation.hpp"
-#include "detail/tensor_bridge.hpp"
-#include "detail/hash.hpp"
+#include "detail/collective/collective.hpp"
+#include "detail/vmap/vmap_agreement.hpp"
+#include "detail/distributed/dist_view_access.hpp"
+#include "detail/platform/torch_stream.hpp"
+#include "detail/platform/stats.hpp"
+#include "detail/distributed/random.hpp"
+#include "detail/platform/allocation.hpp"
+#include "detail/platform/tensor_bridge.hpp"
+#include "detail/layout/hash.hpp"
 
 namespace kvmap {
 
@@ -71,7 +71,7 @@ VmapOptions& VmapOptions::concurrency(int chunks_in_flight) {
   return *this;
 }
 
-namespace Impl {
+namespace Detail {
 
 namespace {
 
@@ -593,8 +593,8 @@ CoreResult run_core(const VmapCall& c) {
         // Every rank made the same call, from different generator states: again, from rank
         // 0's. (A rank whose plan failed signed alike only if f failed, whose result is
         // dropped with the rest.)
-        Impl::transport(comm).bcast_bytes(start.data_ptr(), static_cast<std::size_t>(start.numel()),
-                                          0);
+        Detail::transport(comm).bcast_bytes(start.data_ptr(),
+                                            static_cast<std::size_t>(start.numel()), 0);
         continue;
       }
       once.judge();
@@ -611,6 +611,10 @@ CoreResult run_core(const VmapCall& c) {
 }
 
 }  // namespace
+}  // namespace Detail
+
+namespace Impl {
+using namespace Detail;
 
 template <class M>
 std::vector<DistView<M>> vmap_core(const DistView<M>* const* arrays, std::size_t count,

@@ -1,4 +1,4 @@
-#include "detail/vmap_agreement.hpp"
+#include "detail/vmap/vmap_agreement.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -6,10 +6,10 @@
 
 #include "kvmap/dtype.hpp"
 #include "kvmap/error.hpp"
-#include "detail/hash.hpp"
-#include "detail/mpi_transport.hpp"
+#include "detail/layout/hash.hpp"
+#include "detail/platform/mpi_transport.hpp"
 
-namespace kvmap::Impl {
+namespace kvmap::Detail {
 
 std::string describe(const OutputMeta& m) {
   std::ostringstream os;
@@ -73,7 +73,7 @@ void raise_different_outputs(const Comm& comm, bool ran, const std::vector<Outpu
     std::uint64_t outputs;
   };
   const std::vector<Record> all =
-      Impl::transport(comm).allgather(Record{ran ? 1u : 0u, fingerprint(mine)});
+      Detail::transport(comm).allgather(Record{ran ? 1u : 0u, fingerprint(mine)});
   std::vector<std::uint64_t> fingerprints;
   std::vector<bool> ran_f;
   for (const Record& r : all) {
@@ -110,15 +110,16 @@ std::vector<OutputMeta> agreed_outputs(const Comm& comm, const VmapAgreement& ag
     // A rank with samples still joins the broadcast that ranks without need.
     if (!everyone_ran && !decode(agreed)) {
       std::vector<OutputMeta> copy = mine;
-      Impl::transport(comm).bcast_bytes(copy.data(), copy.size() * sizeof(OutputMeta),
-                                        lead.owner(0));
+      Detail::transport(comm).bcast_bytes(copy.data(), copy.size() * sizeof(OutputMeta),
+                                          lead.owner(0));
     }
     return mine;
   }
   if (std::optional<std::vector<OutputMeta>> metas = decode(agreed)) return *metas;
   std::vector<OutputMeta> metas(static_cast<std::size_t>((agreed.held.words[0] & 0xffff) - 1));
-  Impl::transport(comm).bcast_bytes(metas.data(), metas.size() * sizeof(OutputMeta), lead.owner(0));
+  Detail::transport(comm).bcast_bytes(metas.data(), metas.size() * sizeof(OutputMeta),
+                                      lead.owner(0));
   return metas;
 }
 
-}  // namespace kvmap::Impl
+}  // namespace kvmap::Detail

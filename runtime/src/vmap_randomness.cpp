@@ -1,4 +1,4 @@
-#include "detail/vmap_randomness.hpp"
+#include "detail/vmap/vmap_randomness.hpp"
 
 #include <sstream>
 #include <vector>
@@ -9,16 +9,16 @@
 #include <cstring>
 
 #include "kvmap/error.hpp"
-#include "detail/torch_compat.hpp"
+#include "detail/platform/torch_compat.hpp"
 #include "kvmap/random.hpp"
 #include "kvmap/tensor_bridge.hpp"
-#include "detail/hash.hpp"
-#include "detail/random.hpp"
-#include "detail/tensor_bridge.hpp"
+#include "detail/layout/hash.hpp"
+#include "detail/distributed/random.hpp"
+#include "detail/platform/tensor_bridge.hpp"
 
 namespace kvmap {
 
-namespace Impl {
+namespace Detail {
 
 namespace {
 thread_local SampleContext* t_context = nullptr;
@@ -132,14 +132,14 @@ GeneratorScope::~GeneratorScope() {
       1);
 }
 
-}  // namespace Impl
+}  // namespace Detail
 
 at::Tensor sample_uniform(at::IntArrayRef shape, at::ScalarType dtype) {
-  return Impl::sample(shape, dtype, Impl::SampleKind::Uniform, "sample_uniform");
+  return Detail::sample(shape, dtype, Detail::SampleKind::Uniform, "sample_uniform");
 }
 
 at::Tensor sample_normal(at::IntArrayRef shape, at::ScalarType dtype) {
-  return Impl::sample(shape, dtype, Impl::SampleKind::Normal, "sample_normal");
+  return Detail::sample(shape, dtype, Detail::SampleKind::Normal, "sample_normal");
 }
 
 }  // namespace kvmap

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "kvmap/error.hpp"
-#include "detail/local_block.hpp"
-#include "detail/out_dims.hpp"
+#include "detail/layout/local_block.hpp"
+#include "detail/layout/out_dims.hpp"
 #include "kvmap/layout.hpp"
 
 namespace {
@@ -106,7 +106,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       }
       case 2: {  // stride checks of the tensor bridge
         const std::size_t itemsize = in.byte() % 20;
-        const std::size_t span = kvmap::Impl::checked_span_bytes(shape, strides, itemsize);
+        const std::size_t span = kvmap::Detail::checked_span_bytes(shape, strides, itemsize);
         const std::int64_t numel = kvmap::Impl::checked_numel(shape);
         if (numel > 0 && span < itemsize) broken("span");
         if (numel == 0 && span != 0) broken("empty span");
@@ -116,7 +116,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         std::vector<std::int64_t> other(ndim);
         for (auto& s : other) s = in.extent();
         for (auto& e : shape) e = static_cast<std::int64_t>(static_cast<std::uint64_t>(e) % 7);
-        const auto g = kvmap::Impl::make_strided_copy(shape, strides, other);
+        const auto g = kvmap::Detail::make_strided_copy(shape, strides, other);
         std::int64_t expect = 1;
         for (std::int64_t e : shape) expect *= e;
         if (g.ndim < 1 || g.ndim > kvmap::Impl::kMaxRank || g.numel() != expect) broken("geometry");
@@ -128,7 +128,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         for (auto& d : dims) d = static_cast<std::int8_t>(in.byte());
         const std::size_t k = in.byte() % 13;
         const std::int64_t per_sample = static_cast<std::int8_t>(in.byte());
-        const std::int64_t d = kvmap::Impl::normalize_out_dim(dims, k, nout, per_sample);
+        const std::int64_t d = kvmap::Detail::normalize_out_dim(dims, k, nout, per_sample);
         if (d < 0 || d > per_sample) broken("out_dim");
         break;
       }

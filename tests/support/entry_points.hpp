@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "kvmap/kvmap.hpp"
-#include "detail/tensor_bridge.hpp"
+#include "detail/platform/tensor_bridge.hpp"
 
 namespace kvmap_test {
 
@@ -28,7 +28,7 @@ std::vector<EntryPoint> entry_points(const kvmap::DistView<M>& x, kvmap::DistVie
   using kvmap::DType;
   const int P = x.comm().size(), me = x.comm().rank();
   // On the memory space's own device (from_global and scatter accept no other).
-  const at::Device device = kvmap::Impl::torch_device(kvmap::Impl::device_of<M>());
+  const at::Device device = kvmap::Detail::torch_device(kvmap::Impl::device_of<M>());
   const at::Tensor full =
       at::arange(20, at::TensorOptions().dtype(at::kFloat).device(device)).reshape({5, 4});
   return {

@@ -11,7 +11,7 @@
 #include <string>
 #include <thread>
 
-#include "detail/fault_injection.hpp"
+#include "detail/collective/fault_injection.hpp"
 #include "kvmap/kvmap.hpp"
 #include "support/entry_points.hpp"
 
@@ -33,7 +33,7 @@ int main(int argc, char** argv) {
     for (const kvmap_test::EntryPoint& e : kvmap_test::entry_points(x, y, victim)) {
       if (site != e.name) continue;
       if (world.rank() == victim)
-        kvmap::Impl::arm_fault(site, victim, kvmap::Impl::FaultPhase::Execute);
+        kvmap::Detail::arm_fault(site, victim, kvmap::Detail::FaultPhase::Execute);
       e.call();
       std::fprintf(stderr,
                    "kvmap_fault_after: %s returned on rank %d although its execute phase failed\n",

@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "kvmap/kvmap.hpp"
-#include "detail/tensor_bridge.hpp"
-#include "detail/testing.hpp"  // the transport, for the tests' own collectives
-#include "test_space.hpp"      // TestMemSpace, generated per Kokkos backend
+#include "detail/platform/tensor_bridge.hpp"
+#include "detail/testing/hooks.hpp"  // the transport, for the tests' own collectives
+#include "test_space.hpp"            // TestMemSpace, generated per Kokkos backend
 
 namespace kvmap_test {
 
@@ -85,7 +85,7 @@ inline void for_each_prefix_comm(const std::function<void(const kvmap::Comm&)>& 
 // The torch device of TestMemSpace. References are built on the host and moved there, so
 // the same tests run on every Kokkos backend.
 inline at::Device device() {
-  return kvmap::Impl::torch_device(kvmap::Impl::device_of<TestMemSpace>());
+  return kvmap::Detail::torch_device(kvmap::Impl::device_of<TestMemSpace>());
 }
 inline at::Tensor on_device(const at::Tensor& t) {
   return t.to(device());

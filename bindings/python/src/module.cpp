@@ -16,11 +16,11 @@
 #include <vector>
 
 #include "kvmap/kvmap.hpp"
-#include "detail/comm.hpp"
-#include "detail/mpi_process.hpp"
-#include "detail/device_map.hpp"
-#include "detail/gpu_aware_mpi.hpp"
-#include "detail/stats.hpp"
+#include "detail/platform/comm.hpp"
+#include "detail/platform/mpi_process.hpp"
+#include "detail/platform/device_map.hpp"
+#include "detail/platform/gpu_aware_mpi.hpp"
+#include "detail/platform/stats.hpp"
 
 namespace py = pybind11;
 
@@ -320,10 +320,10 @@ void bind_runtime(py::module_& m) {
   py::register_exception_translator([](std::exception_ptr p) { translate(p); });
 
   m.def("_initialize", [] {
-    if (!kvmap::Impl::mpi_initialized())
+    if (!kvmap::Detail::mpi_initialized())
       throw kvmap::Error("kvmap: MPI is not initialized (import mpi4py.MPI first)");
     if (Kokkos::is_initialized()) {
-      kvmap::Impl::decide_gpu_aware_mpi_on_every_rank();
+      kvmap::Detail::decide_gpu_aware_mpi_on_every_rank();
       return;
     }
     // `import kvmap` prints nothing: Kokkos' warnings (e.g. OpenMP's about OMP_PROC_BIND)
@@ -336,18 +336,18 @@ void bind_runtime(py::module_& m) {
     argv.push_back(nullptr);
     int argc = static_cast<int>(args.size());
     char** argv_data = argv.data();
-    kvmap::Impl::initialize_kokkos(argc, argv_data);
+    kvmap::Detail::initialize_kokkos(argc, argv_data);
   });
   // The MPI library kvmap was linked with, as the running MPI names itself: compared with
   // mpi4py's at import (two MPI libraries in one process cannot share a communicator).
-  m.def("_mpi_library_version", [] { return kvmap::Impl::mpi_library_version(); });
+  m.def("_mpi_library_version", [] { return kvmap::Detail::mpi_library_version(); });
   m.def("_finalize", [] {
-    kvmap::Impl::release_cached_comms();
+    kvmap::Detail::release_cached_comms();
     // Python may still hold DistViews (or tensors on their memory) at exit: module globals,
     // tracebacks. Freeing Kokkos memory after Kokkos::finalize aborts, so Kokkos is
     // finalized only when no kvmap allocation is alive; otherwise the process exits with
     // Kokkos up and the operating system takes the memory back.
-    if (Kokkos::is_initialized() && kvmap::Impl::live_allocations() == 0) Kokkos::finalize();
+    if (Kokkos::is_initialized() && kvmap::Detail::live_allocations() == 0) Kokkos::finalize();
   });
   m.def("version", [] { return std::string(kvmap::version()); });
   m.def("build_info", [] { return std::string(kvmap::build_info()); });

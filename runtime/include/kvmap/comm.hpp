@@ -2,7 +2,7 @@
 /// \file
 /// The MPI communicator kvmap works on: a handle to kvmap's duplicate of the user's
 /// communicator. What kvmap sends over it is private to kvmap (its transport,
-/// runtime/src/detail/mpi_transport.hpp); an application talks MPI on raw().
+/// runtime/src/detail/platform/mpi_transport.hpp); an application talks MPI on raw().
 #include <mpi.h>
 
 #include <cstdint>
@@ -10,9 +10,10 @@
 
 namespace kvmap {
 
-namespace Impl {
-struct CommAccess;  ///< kvmap's own access to the duplicate (runtime/src/detail/comm.hpp)
-}  // namespace Impl
+/// kvmap's private code: declared here only so that Comm can name its friend.
+namespace Detail {
+struct CommAccess;  ///< kvmap's own access to the duplicate (runtime/src/detail/platform/comm.hpp)
+}  // namespace Detail
 
 /// A copyable handle to kvmap's duplicate of an MPI communicator: what every collective of
 /// kvmap (DistView factories and redistribution, vmap's agreement, random, linalg) runs on.
@@ -49,7 +50,7 @@ class Comm {
   void barrier() const;
 
  private:
-  friend struct Impl::CommAccess;
+  friend struct Detail::CommAccess;
   explicit Comm(std::shared_ptr<Handle> handle);
   static std::shared_ptr<Handle> handle_for(MPI_Comm user);
 

@@ -24,8 +24,11 @@ class Tensor;
 
 namespace kvmap {
 
+namespace Detail {
+struct DistViewAccess;  ///< kvmap's own access to a DistView's parts (not installed)
+}  // namespace Detail
+
 namespace Impl {
-struct DistViewAccess;
 enum class ViewLayoutKind { Right, Left, Stride };
 template <class L>
 constexpr ViewLayoutKind view_layout_kind() {
@@ -171,7 +174,7 @@ class DistView {
   DistView redistribute(const Layout& target) const;  ///< any layout of the same global shape
 
  private:
-  friend struct Impl::DistViewAccess;
+  friend struct Detail::DistViewAccess;
   DistView(Layout layout, DType dtype, Comm comm, Impl::LocalBlock block)
       : layout_(std::move(layout)),
         dtype_(dtype),

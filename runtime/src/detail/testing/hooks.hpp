@@ -5,11 +5,12 @@
 // kvmap.hpp.
 #include <cstddef>
 
+#include "detail/detail.hpp"
 #include "kvmap/comm.hpp"
-#include "detail/comm.hpp"           // the registry: next_sequence, CommAccess
-#include "detail/mpi_transport.hpp"  // a Comm's transport
+#include "detail/platform/comm.hpp"           // the registry: next_sequence, CommAccess
+#include "detail/platform/mpi_transport.hpp"  // a Comm's transport
 
-namespace kvmap::Impl {
+namespace kvmap::Detail {
 
 // Lowers the largest element count kvmap passes to one MPI call (INT_MAX by default), so the
 // large-count paths run with small arrays.
@@ -31,4 +32,4 @@ void redecide_gpu_aware_mpi();
 // kvmap's real code paths at a number of ranks the machine does not have.
 Comm emulated_comm(int rank, int size);
 
-}  // namespace kvmap::Impl
+}  // namespace kvmap::Detail

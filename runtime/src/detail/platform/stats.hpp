@@ -3,11 +3,12 @@
 // (kvmap/stats.hpp); only kvmap writes them.
 #include <cstdint>
 
+#include "detail/detail.hpp"
 #include "kvmap/stats.hpp"
 
 namespace kvmap {
 
-namespace Impl {
+namespace Detail {
 void count_bytes_copied(std::uint64_t n);
 void count_vmap_call();
 void count_chunks(std::uint64_t n);
@@ -18,6 +19,6 @@ void count_allocation(std::uint64_t n);
 void count_deallocation(std::uint64_t n);
 // Kokkos allocations of kvmap still alive, empty ones included (each holds a Kokkos record).
 std::int64_t live_allocations();
-}  // namespace Impl
+}  // namespace Detail
 
 }  // namespace kvmap

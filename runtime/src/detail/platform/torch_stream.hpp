@@ -15,9 +15,10 @@
 // The Kokkos side fills DeviceSpec (kokkos_compat.hpp); torch_stream.cpp calls torch only.
 #include <memory>
 
+#include "detail/detail.hpp"
 #include "kvmap/impl/kokkos_compat.hpp"
 
-namespace kvmap::Impl {
+namespace kvmap::Detail {
 
 class TorchStreamScope {
  public:
@@ -38,7 +39,7 @@ class TorchStreamScope {
 };
 
 // Makes `device` torch's current device (from now on, not only for one call): kvmap's
-// initialization points torch at the GPU Kokkos was given (detail/device_map.hpp).
+// initialization points torch at the GPU Kokkos was given (detail/platform/device_map.hpp).
 void torch_use_device(const DeviceSpec& device);
 
 // Whether the Kokkos instance must be fenced before torch reads what Kokkos wrote.
@@ -46,4 +47,4 @@ inline bool kokkos_fence_needed(const DeviceSpec& device) {
   return device.kind != DeviceKind::CPU && !TorchStreamScope::shares_stream(device);
 }
 
-}  // namespace kvmap::Impl
+}  // namespace kvmap::Detail

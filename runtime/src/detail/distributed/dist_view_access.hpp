@@ -1,12 +1,13 @@
 #pragma once
 // For kvmap's own modules: a DistView's local block, and DistViews assembled from parts
 // without communication or checks (the parts were planned and agreed by the caller).
+#include "detail/detail.hpp"
 #include "kvmap/dist_view.hpp"
 
-#include "detail/collective.hpp"
-#include "detail/allocation.hpp"
+#include "detail/collective/collective.hpp"
+#include "detail/platform/allocation.hpp"
 
-namespace kvmap::Impl {
+namespace kvmap::Detail {
 
 struct DistViewAccess {
   template <class M>
@@ -43,4 +44,4 @@ DistView<M> new_balanced(const char* site, const Shape& gshape, DType dtype,
       [](DistView<M>& view, const NoPayload&) { return std::move(view); });
 }
 
-}  // namespace kvmap::Impl
+}  // namespace kvmap::Detail

@@ -10,18 +10,19 @@
 #include <complex>
 #include <optional>
 
+#include "detail/detail.hpp"
 #include "kvmap/dist_view.hpp"
 
-#include "detail/allocation.hpp"
-#include "detail/box_copy.hpp"
-#include "detail/comm.hpp"
-#include "detail/dist_view_access.hpp"
-#include "detail/exchange_plan.hpp"
-#include "detail/gpu_aware_mpi.hpp"
-#include "detail/stats.hpp"
-#include "detail/local_block.hpp"
+#include "detail/platform/allocation.hpp"
+#include "detail/platform/box_copy.hpp"
+#include "detail/platform/comm.hpp"
+#include "detail/distributed/dist_view_access.hpp"
+#include "detail/distributed/exchange_plan.hpp"
+#include "detail/platform/gpu_aware_mpi.hpp"
+#include "detail/platform/stats.hpp"
+#include "detail/layout/local_block.hpp"
 
-namespace kvmap::Impl {
+namespace kvmap::Detail {
 
 // Packing memory comes from allocate_block, whose cache recycles large blocks: fresh
 // allocations cost page faults on every call, which dominate the exchange on many machines.
@@ -33,7 +34,7 @@ struct Scratch {
   unsigned char* data() const { return static_cast<unsigned char*>(block.data); }
 };
 
-// MPI and device memory: without a GPU-aware MPI (detail/gpu_aware_mpi.hpp; or when tests
+// MPI and device memory: without a GPU-aware MPI (detail/platform/gpu_aware_mpi.hpp; or when tests
 // force it), the packed bytes go through host buffers on their way to and from MPI.
 template <class M>
 bool staged_through_host() {
@@ -58,13 +59,13 @@ template <class M>
 void bcast_element(const Comm& comm, void* data, DType dtype, int root) {
   const std::size_t n = size_of(dtype);
   if (!staged_through_host<M>()) {
-    Impl::transport(comm).bcast_bytes(data, n, root);
+    Detail::transport(comm).bcast_bytes(data, n, root);
     return;
   }
   std::array<unsigned char, 16> host{};
   static_assert(sizeof(std::complex<double>) <= sizeof(host), "an element fits the buffer");
   if (comm.rank() == root) copy_bytes<Kokkos::HostSpace, M>(host.data(), data, n);
-  Impl::transport(comm).bcast_bytes(host.data(), n, root);
+  Detail::transport(comm).bcast_bytes(host.data(), n, root);
   if (comm.rank() != root) copy_bytes<M, Kokkos::HostSpace>(data, host.data(), n);
 }
 
@@ -163,10 +164,10 @@ void run_allgather(const Exec& exec, PlannedExchange<M>& x, DType dtype) {
   exec.fence();
   const MpiBuffers mpi = stage_send(x, send_ptr, recv_base);
   if (p.allgatherv) {
-    Impl::transport(comm).allgatherv_bytes(mpi.send, p.counts[comm.rank()], mpi.recv, p.counts,
-                                           p.displs);
+    Detail::transport(comm).allgatherv_bytes(mpi.send, p.counts[comm.rank()], mpi.recv, p.counts,
+                                             p.displs);
   } else {
-    Impl::transport(comm).run(p.messages, mpi.send, mpi.recv);
+    Detail::transport(comm).run(p.messages, mpi.send, mpi.recv);
   }
   unstage_recv(x, recv_base);
   if (p.recv.packed) {
@@ -198,7 +199,7 @@ void run_point_to_point(const Exec& exec, PlannedExchange<M>& x, DType dtype) {
   const void* send_base = p.send.packed ? send_scratch : src.data;
   void* recv_base = p.recv.packed ? recv_scratch : x.dst.data;
   const MpiBuffers mpi = stage_send(x, send_base, recv_base);
-  Impl::transport(x.src.comm()).run(p.messages, mpi.send, mpi.recv);
+  Detail::transport(x.src.comm()).run(p.messages, mpi.send, mpi.recv);
   unstage_recv(x, recv_base);
   count_bytes_copied(p.send.mpi_packs + p.recv.mpi_packs);
   if (p.recv.packed) {
@@ -225,7 +226,7 @@ DistView<M> run_exchange(PlannedExchange<M>& x) {
     case ExchangeKind::PointToPoint:
       if (p.send_types) {  // a change of split axis on host memory: one MPI_Alltoallw
         exec.fence();      // every kernel's writes to the source before MPI reads it
-        Impl::transport(x.src.comm())
+        Detail::transport(x.src.comm())
             .alltoallw(x.src_block.data, *p.send_types, x.dst.data, *p.recv_types);
         count_bytes_copied(p.send.mpi_packs + p.recv.mpi_packs);
       } else {
@@ -241,4 +242,4 @@ DistView<M> run_exchange(PlannedExchange<M>& x) {
   return DistViewAccess::make<M>(x.target, dtype, x.src.comm(), std::move(x.dst));
 }
 
-}  // namespace kvmap::Impl
+}  // namespace kvmap::Detail

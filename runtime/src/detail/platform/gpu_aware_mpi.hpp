@@ -6,10 +6,12 @@
 //   3. AUTO (the default build): what the running MPI says of itself for this build's kind of
 //      device: Open MPI's MPIX_Query_cuda_support() / MPIX_Query_rocm_support(), MPICH's
 //      MPIX_GPU_query_support(); an MPI that offers no query is taken as not GPU-aware.
-// Host memory is always given to MPI directly (tests can force staging: detail/testing.hpp).
+// Host memory is always given to MPI directly (tests can force staging: detail/testing/hooks.hpp).
 #include <string>
 
-namespace kvmap::Impl {
+#include "detail/detail.hpp"
+
+namespace kvmap::Detail {
 
 enum class GpuAwareMode { Off, On, Auto };
 
@@ -48,4 +50,4 @@ bool gpu_aware_mpi_if_decided();
 // device memory: the decision).
 bool mpi_reads_directly(bool host_accessible);
 
-}  // namespace kvmap::Impl
+}  // namespace kvmap::Detail

@@ -5,9 +5,10 @@
 #include <cstdint>
 #include <vector>
 
+#include "detail/detail.hpp"
 #include "kvmap/impl/local_block.hpp"
 
-namespace kvmap::Impl {
+namespace kvmap::Detail {
 
 // Row-major strides (in elements) of a contiguous array of this shape.
 std::vector<std::int64_t> row_major_strides(const std::vector<std::int64_t>& extents);
@@ -28,8 +29,8 @@ ElementSpan element_span(const std::int64_t* extents, const std::int64_t* stride
 std::size_t checked_span_bytes(const std::vector<std::int64_t>& extents,
                                const std::vector<std::int64_t>& strides, std::size_t itemsize);
 
-// The loops of one strided copy (not a box of global indices: that is detail/box.hpp's Box):
-// `extents` read with src_strides and written with dst_strides (elements).
+// The loops of one strided copy (not a box of global indices: that is detail/distributed/box.hpp's
+// Box): `extents` read with src_strides and written with dst_strides (elements).
 struct StridedCopy {
   int ndim = 0;
   std::int64_t extents[kMaxRank] = {};
@@ -48,4 +49,4 @@ StridedCopy make_strided_copy(const std::vector<std::int64_t>& extents,
                               const std::vector<std::int64_t>& src_strides,
                               const std::vector<std::int64_t>& dst_strides);
 
-}  // namespace kvmap::Impl
+}  // namespace kvmap::Detail

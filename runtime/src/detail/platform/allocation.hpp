@@ -5,12 +5,13 @@
 #include <cstdint>
 #include <vector>
 
+#include "detail/detail.hpp"
 #include "kvmap/impl/local_block.hpp"
 
-namespace kvmap::Impl {
+namespace kvmap::Detail {
 
 // Memory of `nbytes` in a Kokkos memory space, counted in kvmap::stats().
 template <class MemorySpace>
 LocalBlock allocate_block(const std::vector<std::int64_t>& extents, std::size_t itemsize);
 
-}  // namespace kvmap::Impl
+}  // namespace kvmap::Detail

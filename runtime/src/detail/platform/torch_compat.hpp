@@ -7,7 +7,9 @@
 #include <cstdint>
 #include <mutex>
 
-namespace kvmap::Impl::torch_compat {
+#include "detail/detail.hpp"
+
+namespace kvmap::Detail::torch_compat {
 
 enum class VmapRandomness { Error, Same, Different };
 
@@ -46,4 +48,4 @@ bool concurrent_vmap_supported();
 // A physical tensor of per-sample values wrapped as batched at `level` along dim 0.
 at::Tensor make_batched(const at::Tensor& physical, std::int64_t level);
 
-}  // namespace kvmap::Impl::torch_compat
+}  // namespace kvmap::Detail::torch_compat

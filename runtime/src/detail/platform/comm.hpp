@@ -4,10 +4,11 @@
 #include <cstdint>
 #include <memory>
 
+#include "detail/detail.hpp"
 #include "kvmap/comm.hpp"
-#include "detail/mpi_transport.hpp"
+#include "detail/platform/mpi_transport.hpp"
 
-namespace kvmap::Impl {
+namespace kvmap::Detail {
 
 struct CommAccess {
   static Comm make(std::shared_ptr<Comm::Handle> handle);
@@ -32,4 +33,4 @@ void on_release(void (*hook)());
 // The transport's cached MPI operations and datatypes, freed by release_cached_comms.
 void release_reduction_cache();
 
-}  // namespace kvmap::Impl
+}  // namespace kvmap::Detail

@@ -6,10 +6,11 @@
 #include <cstdint>
 #include <vector>
 
+#include "detail/detail.hpp"
 #include "kvmap/impl/local_block.hpp"
 #include "kvmap/layout.hpp"
 
-namespace kvmap::Impl {
+namespace kvmap::Detail {
 
 // A half-open box of global indices.
 struct Box {
@@ -43,4 +44,4 @@ std::size_t offset_bytes(const std::vector<std::int64_t>& strides, const Box& wh
 const unsigned char* address(const LocalBlock& block, const Box& whole, const Box& sub,
                              std::size_t itemsize);
 
-}  // namespace kvmap::Impl
+}  // namespace kvmap::Detail

@@ -6,12 +6,13 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "detail/detail.hpp"
 #include "kvmap/comm.hpp"
 #include "kvmap/impl/kokkos_compat.hpp"
 
 namespace kvmap {
 
-namespace Impl {
+namespace Detail {
 
 // Philox4x32-10 (Salmon et al., SC'11): 4 x 32 random bits from a 128-bit counter and a
 // 64-bit key.
@@ -85,6 +86,6 @@ struct StreamState {
 };
 StreamState next_stream(const Comm& comm);
 
-}  // namespace Impl
+}  // namespace Detail
 
 }  // namespace kvmap

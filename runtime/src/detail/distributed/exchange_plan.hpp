@@ -8,13 +8,14 @@
 #include <optional>
 #include <vector>
 
+#include "detail/detail.hpp"
 #include "kvmap/comm.hpp"
 #include "kvmap/layout.hpp"
 
-#include "detail/box.hpp"
-#include "detail/mpi_transport.hpp"
+#include "detail/distributed/box.hpp"
+#include "detail/platform/mpi_transport.hpp"
 
-namespace kvmap::Impl {
+namespace kvmap::Detail {
 
 //   Local         every rank already holds its part (replicated source, unchanged layout):
 //                 a local copy into the new array's own memory.
@@ -81,4 +82,4 @@ struct PlanKey {
 // kvmap releases its communicators.
 std::shared_ptr<ExchangePlan> find_or_build_plan(PlanKey key, int me, int P, bool host_accessible);
 
-}  // namespace kvmap::Impl
+}  // namespace kvmap::Detail

@@ -6,11 +6,12 @@
 #include <complex>
 #include <cstdint>
 
+#include "detail/detail.hpp"
 #include "kvmap/dtype.hpp"
 
-#include "detail/local_block.hpp"
+#include "detail/layout/local_block.hpp"
 
-namespace kvmap::Impl {
+namespace kvmap::Detail {
 
 // The pair of a complex number as plain data: std::complex's size and alignment (Kokkos'
 // complex is aligned to its size, which adopted memory need not be), copyable in device code.
@@ -109,4 +110,4 @@ void box_copy(const ExecSpace& exec, const void* src, void* dst, const StridedCo
   });
 }
 
-}  // namespace kvmap::Impl
+}  // namespace kvmap::Detail

@@ -3,7 +3,9 @@
 // error codes as exceptions, and the end of the whole job after an agreed call failed.
 #include <string>
 
-namespace kvmap::Impl {
+#include "detail/detail.hpp"
+
+namespace kvmap::Detail {
 
 bool mpi_initialized();
 // Initialized and not yet finalized.
@@ -25,4 +27,4 @@ void check_mpi(int rc, const char* call);
 // told.
 [[noreturn]] void abort_job(const std::string& message);
 
-}  // namespace kvmap::Impl
+}  // namespace kvmap::Detail

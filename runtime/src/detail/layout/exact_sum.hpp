@@ -8,7 +8,9 @@
 #include <cstring>
 #include <utility>
 
-namespace kvmap::Impl {
+#include "detail/detail.hpp"
+
+namespace kvmap::Detail {
 
 struct ExactSum {
   // Bits of weight 2^kLow .. 2^(kLow + 32 kLimbs): every double times 2^-1080 .. 2^1080
@@ -90,4 +92,4 @@ struct ExactSum {
   }
 };
 
-}  // namespace kvmap::Impl
+}  // namespace kvmap::Detail

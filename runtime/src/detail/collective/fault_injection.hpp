@@ -6,7 +6,9 @@
 #include <cstdint>
 #include <string>
 
-namespace kvmap::Impl {
+#include "detail/detail.hpp"
+
+namespace kvmap::Detail {
 
 enum class FaultPhase { Plan, Execute };
 
@@ -20,4 +22,4 @@ std::uint64_t faults_injected();
 // rank -1).
 void fault_point(const char* site, FaultPhase phase, int rank);
 
-}  // namespace kvmap::Impl
+}  // namespace kvmap::Detail

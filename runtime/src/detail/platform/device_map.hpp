@@ -7,10 +7,11 @@
 // current device follows the device Kokkos ends up on.
 #include <string>
 
+#include "detail/detail.hpp"
 #include "kvmap/comm.hpp"
-#include "detail/mpi_transport.hpp"
+#include "detail/platform/mpi_transport.hpp"
 
-namespace kvmap::Impl {
+namespace kvmap::Detail {
 
 // The device of a rank: node_local_rank mod visible_devices. Pure; visible_devices >= 1.
 int device_for_rank(int node_local_rank, int visible_devices);
@@ -29,10 +30,11 @@ int visible_devices();
 
 // Initializes Kokkos with argc/argv (as Kokkos::initialize), on the device this rank maps to
 // unless the user chose; collective over MPI_COMM_WORLD. Makes the GPU-aware MPI decision
-// first (detail/gpu_aware_mpi.hpp), so that a bad KVMAP_GPU_AWARE_MPI stops every rank here.
+// first (detail/platform/gpu_aware_mpi.hpp), so that a bad KVMAP_GPU_AWARE_MPI stops every rank
+// here.
 void initialize_kokkos(int& argc, char**& argv);
 
 // "cuda:1 (node-local rank 1 of 4, 4 devices visible, mapped by kvmap)", "host", ...
 std::string device_report();
 
-}  // namespace kvmap::Impl
+}  // namespace kvmap::Detail

@@ -5,11 +5,12 @@
 
 #include <cstdint>
 
+#include "detail/detail.hpp"
 #include "kvmap/comm.hpp"
 #include "kvmap/impl/kokkos_compat.hpp"
 #include "kvmap/vmap.hpp"
 
-namespace kvmap::Impl {
+namespace kvmap::Detail {
 
 // What sample_* need while the user function runs on one chunk (thread-local, set by the
 // scheduler only; never visible to users).
@@ -61,4 +62,4 @@ class GeneratorScope {
   std::uint64_t state_hash_ = 0;
 };
 
-}  // namespace kvmap::Impl
+}  // namespace kvmap::Detail

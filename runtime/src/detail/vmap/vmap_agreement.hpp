@@ -9,12 +9,13 @@
 #include <string>
 #include <vector>
 
+#include "detail/detail.hpp"
 #include "kvmap/comm.hpp"
 #include "kvmap/layout.hpp"
-#include "detail/collective.hpp"
-#include "detail/local_block.hpp"
+#include "detail/collective/collective.hpp"
+#include "detail/layout/local_block.hpp"
 
-namespace kvmap::Impl {
+namespace kvmap::Detail {
 
 struct OutputMeta {
   std::int32_t ndim;  // per sample
@@ -68,4 +69,4 @@ std::vector<OutputMeta> agreed_outputs(const Comm& comm, const VmapAgreement& ag
                                        const Layout& lead, bool ran,
                                        const std::vector<OutputMeta>& mine);
 
-}  // namespace kvmap::Impl
+}  // namespace kvmap::Detail

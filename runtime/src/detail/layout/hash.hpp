@@ -4,7 +4,9 @@
 // and generator-state hashes.
 #include <cstdint>
 
-namespace kvmap::Impl {
+#include "detail/detail.hpp"
+
+namespace kvmap::Detail {
 
 inline constexpr std::uint64_t kFnvOffset = 1469598103934665603ull;
 inline constexpr std::uint64_t kGolden = 0x9E3779B97F4A7C15ull;  // 2^64 / golden ratio
@@ -33,4 +35,4 @@ constexpr std::uint64_t combine64(std::uint64_t h, std::uint64_t v) {
   return mix64(h ^ (v + kGolden + (h << 6) + (h >> 2)));
 }
 
-}  // namespace kvmap::Impl
+}  // namespace kvmap::Detail

@@ -16,7 +16,7 @@
 //   execute  MPI calls and kernels only. A failure here cannot be agreed any more (the
 //            other ranks are inside the call's collectives): it ends the job with MPI_Abort
 //            and a message, never a hang.
-// Fault hooks (detail/fault_injection.hpp) fire at the start of plan and of execute.
+// Fault hooks (detail/collective/fault_injection.hpp) fire at the start of plan and of execute.
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -29,14 +29,15 @@
 #include <utility>
 #include <vector>
 
+#include "detail/detail.hpp"
 #include "kvmap/comm.hpp"
-#include "detail/mpi_transport.hpp"
+#include "detail/platform/mpi_transport.hpp"
 #include "kvmap/dtype.hpp"
 #include "kvmap/error.hpp"
-#include "detail/fault_injection.hpp"
+#include "detail/collective/fault_injection.hpp"
 #include "kvmap/layout.hpp"
 
-namespace kvmap::Impl {
+namespace kvmap::Detail {
 
 // The arguments of one call that must be the same on every rank. Each argument is folded
 // into a 64-bit fingerprint as it is recorded; the text ("DistView::gather(comm=#1, root=0,
@@ -291,7 +292,7 @@ class Collective {
     packet_.head.failed = error_ ? 1 : 0;
     packet_.head.fingerprint_min = packet_.head.fingerprint_max = signature_.fingerprint();
     packet_.payload = payload_;
-    Impl::transport(comm_).allreduce_bytes(&packet_, sizeof packet_, &reduce_agreements<Payload>);
+    Detail::transport(comm_).allreduce_bytes(&packet_, sizeof packet_, &reduce_agreements<Payload>);
     return packet_;
   }
   // Whether every rank planned without failure and signed alike (after reduce()).
@@ -317,7 +318,7 @@ class Collective {
     mine.head.failed = error_ ? 1 : 0;
     mine.head.fingerprint_min = mine.head.fingerprint_max = signature_.fingerprint();
     mine.payload = payload_;
-    const std::vector<AgreementPacket<Payload>> all = Impl::transport(comm_).allgather(mine);
+    const std::vector<AgreementPacket<Payload>> all = Detail::transport(comm_).allgather(mine);
     std::vector<std::uint32_t> failed;
     std::vector<std::uint64_t> fingerprints;
     std::vector<Payload> payloads;
@@ -364,4 +365,4 @@ decltype(auto) collective(const char* site, const Comm& comm, PlanFn&& plan, Exe
   return call.execute([&]() -> decltype(auto) { return execute(*planned, agreed); });
 }
 
-}  // namespace kvmap::Impl
+}  // namespace kvmap::Detail

@@ -6,11 +6,12 @@
 #include <cstdint>
 #include <string>
 
+#include "detail/detail.hpp"
 #include "kvmap/tensor_bridge.hpp"
 
 namespace kvmap {
 
-namespace Impl {
+namespace Detail {
 at::Device torch_device(DeviceSpec device);
 DeviceSpec device_spec_of(const at::Tensor& tensor);
 // TypeError unless `tensor` is on `want`'s torch device (kind and index): "<what> is on
@@ -28,6 +29,6 @@ struct MemorySpan {
 };
 MemorySpan span_of(const LocalBlock& block, std::size_t itemsize);
 MemorySpan span_of(const at::Tensor& tensor);
-}  // namespace Impl
+}  // namespace Detail
 
 }  // namespace kvmap
