@@ -1,4 +1,4 @@
-// The README's vmap example: a per-sample function over a distributed batch, chunked.
+// The vmap example of docs/concepts.md: a per-sample function over a distributed batch, chunked.
 #include <kvmap/kvmap.hpp>
 
 #include <ATen/ATen.h>

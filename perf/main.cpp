@@ -96,8 +96,9 @@ int main(int argc, char** argv) {
       const int missed = report.evaluate_targets();
       report.print_scenario("targets");
       if (world.rank() == 0) {
-        std::printf("%d target(s) missed in this run (reported, not asserted: see the README)\n",
-                    missed);
+        std::printf(
+            "%d target(s) missed in this run (reported, not asserted: see docs/performance.md)\n",
+            missed);
       }
       report.write_json();
     } catch (const std::exception& e) {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # kvmap on a real GPU, on a machine with nvcc, a CUDA torch wheel and no network: builds Kokkos
 # and Kokkos Kernels (CUDA + Serial) from source trees it is given, then kvmap against them,
-# runs the CudaSpace test suite at 1 rank (and 2 where an MPI launcher is there) and
+# runs the CudaSpace test suite at 1 rank (and 2 where an MPI launcher is there), the Python
+# tests with DistViews on the GPU (where --python has mpi4py, pybind11 and pytest) and
 # kvmap-perf's overhead, chunks and zero-copy scenarios, and writes everything under one
 # results directory.
 #
@@ -87,6 +88,13 @@ say "kvmap $(git -C "$src_dir" rev-parse --short HEAD 2>/dev/null || echo '(no g
 say "GPU: $gpu; nvcc $cuda_version; torch $torch_version ($python)"
 say "Kokkos $kokkos_version ($kokkos_src), Kokkos Kernels ($kernels_src)"
 say "MPI: ${mpicxx:-no mpicxx}; launcher ${mpiexec:-none}"
+# The Python bindings where the Python has what they need (its torch is the CUDA LibTorch).
+if "$python" -c 'import mpi4py, pybind11, pytest' >/dev/null 2>&1; then
+  with_python=ON
+else
+  with_python=OFF
+  say "python: skipped ($python lacks mpi4py, pybind11 or pytest)"
+fi
 [ -n "$mpicxx" ] || fail "kvmap needs an MPI (mpicxx) to build; none on PATH"
 
 if [ -z "$arch" ]; then
@@ -141,8 +149,10 @@ fi
 step kvmap-configure cmake -S "$src_dir" -B "$build/kvmap" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_COMPILER="$prefix/bin/nvcc_wrapper" -DCMAKE_PREFIX_PATH="$prefix" \
   -DTorch_DIR="$torch_dir" -DMPI_CXX_COMPILER="$mpicxx" ${mpiexec:+-DMPIEXEC_EXECUTABLE="$mpiexec"} \
-  -DKVMAP_PYTHON=OFF -DKVMAP_ENABLE_EXAMPLES=OFF -DKVMAP_ENABLE_PERF=ON -DKVMAP_ENABLE_TESTS=ON
-step kvmap-build cmake --build "$build/kvmap" -j "$jobs" --target kvmap_test_distributed_cudaspace kvmap-perf
+  -DKVMAP_PYTHON="$with_python" -DPython_EXECUTABLE="$(command -v "$python")" -DKVMAP_ENABLE_EXAMPLES=OFF -DKVMAP_ENABLE_PERF=ON -DKVMAP_ENABLE_TESTS=ON
+python_target=""
+[ "$with_python" = ON ] && python_target=_kvmap
+step kvmap-build cmake --build "$build/kvmap" -j "$jobs" --target kvmap_test_distributed_cudaspace kvmap-perf $python_target
 
 # ---- runs ----------------------------------------------------------------------------------
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" OMP_PROC_BIND="${OMP_PROC_BIND:-false}"
@@ -155,6 +165,12 @@ if [ -n "$mpiexec" ] && [ -x "$launch" ]; then
   step cudaspace-np2 timeout 900 "$launch" -n 2 "$tests" --test-case-exclude='soak*'
 else
   say "cudaspace-np2: skipped (no MPI launcher)"
+fi
+if [ "$with_python" = ON ]; then
+  # The whole Python suite with this build: its device tests run DistViews on the GPU.
+  step python-np1 env PYTHONPATH="$build/kvmap/python" timeout 900 "$python" -m pytest -q -p no:cacheprovider \
+    -rs "$src_dir/bindings/python/tests"
+  grep -E "passed|skipped" "$out/python-np1.log" | tail -n 1 | sed "s/^/    /" >>"$results" || true
 fi
 step perf-np1 timeout 900 "$perf" --scenario overhead,chunks,zero-copy --json "$out/perf-np1.json"
 grep -m1 "^kvmap-perf: kvmap" "$out/perf-np1.log" | sed "s/^/    /" >>"$results" || true

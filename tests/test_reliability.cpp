@@ -8,7 +8,7 @@
 #include <mutex>
 #include <random>
 
-#include "detail/collective/fault_injection.hpp"
+#include "detail/testing/hooks.hpp"
 #include "support/entry_points.hpp"
 #include "detail/platform/comm.hpp"
 #include "detail/testing/hooks.hpp"

@@ -64,6 +64,19 @@ TEST_CASE_FIXTURE(
         },
         all_ranks(), "out_dims [0, 1, 2] has 3 entries but the function returned 2");
   }
+  SUBCASE("one out_dim per output, exactly (torch.vmap's tuple): one for two outputs") {
+    expect_collective_error<kvmap::ValueError>(
+        [&] {
+          kvmap::vmap([](const at::Tensor& a) { return std::make_tuple(a, a); },
+                      VmapOptions().out_dims_per_output({0}))(x);
+        },
+        all_ranks(), "out_dims [0] has 1 entries but the function returned 2 outputs (give one");
+    // The same single out_dim as a broadcast applies to both outputs.
+    auto [p, q] = kvmap::vmap([](const at::Tensor& a) { return std::make_tuple(a, a); },
+                              VmapOptions().out_dims({0}))(x);
+    CHECK(p.gshape() == x.gshape());
+    CHECK(q.gshape() == x.gshape());
+  }
   SUBCASE("out_dim out of range") {
     expect_collective_error<kvmap::ValueError>(
         [&] { kvmap::vmap([](const at::Tensor& a) { return a; }, VmapOptions().out_dims({2}))(x); },

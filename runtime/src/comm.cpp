@@ -7,9 +7,9 @@
 
 #include "kvmap/error.hpp"
 #include "detail/platform/comm.hpp"
+#include "detail/testing/switches.hpp"
 #include "detail/platform/mpi_process.hpp"
 #include "detail/platform/mpi_transport.hpp"
-#include "detail/testing/hooks.hpp"
 
 namespace kvmap {
 
@@ -112,12 +112,9 @@ const Transport& transport(const Comm& comm) {
   return CommAccess::transport(comm);
 }
 
-Comm emulated_comm(int rank, int size) {
-  KVMAP_CHECK(size >= 1 && rank >= 0 && rank < size, ValueError,
-              "kvmap: an emulated communicator needs 0 <= rank < size, got rank " << rank << " of "
-                                                                                  << size);
+Comm comm_over(std::unique_ptr<Transport> transport) {
   auto h = std::make_shared<Comm::Handle>();
-  h->transport = emulated_transport(rank, size);
+  h->transport = std::move(transport);
   {
     std::lock_guard<std::mutex> lock(g_registry_mutex);
     h->id = ++g_last_id;

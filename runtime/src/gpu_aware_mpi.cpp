@@ -14,7 +14,7 @@
 #include "detail/platform/mpi_transport.hpp"
 #include "kvmap/config.hpp"
 #include "kvmap/error.hpp"
-#include "detail/testing/hooks.hpp"
+#include "detail/testing/switches.hpp"
 
 // Open MPI declares its GPU queries in mpi-ext.h, MPICH in mpi.h.
 #if defined(OPEN_MPI) && OPEN_MPI && __has_include(<mpi-ext.h>)
@@ -24,9 +24,6 @@
 namespace kvmap::Detail {
 
 namespace {
-
-std::atomic<bool> g_force_host_staging{false};
-std::atomic<bool> g_host_follows_decision{false};
 
 std::mutex g_decision_mutex;
 std::optional<GpuAwareDecision> g_decision;
@@ -141,20 +138,13 @@ bool gpu_aware_mpi_if_decided() {
 }
 
 bool mpi_reads_directly(bool host_accessible) {
-  if (host_accessible && !g_host_follows_decision.load()) return !g_force_host_staging.load();
+  const TestSwitches& s = test_switches();
+  if (host_accessible && !s.host_follows_gpu_decision.load()) return !s.force_host_staging.load();
   const int direct = g_direct.load();
   return direct >= 0 ? direct == 1 : gpu_aware_mpi().direct;
 }
 
-void set_force_host_staging(bool force) {
-  g_force_host_staging = force;
-}
-
-void set_host_follows_gpu_decision(bool follow) {
-  g_host_follows_decision = follow;
-}
-
-void redecide_gpu_aware_mpi() {
+void remake_gpu_aware_decision() {
   std::lock_guard<std::mutex> lock(g_decision_mutex);
   g_decision.reset();  // a failed decision leaves none made
   g_direct = -1;

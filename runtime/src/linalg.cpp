@@ -233,10 +233,10 @@ void axpby(double a, const DistView<M>& x, double b, DistView<M>& y) {
       });
 }
 
-#define KVMAP_INSTANTIATE_LINALG(Space)                                       \
-  template double dot<Space>(const DistView<Space>&, const DistView<Space>&); \
-  template double nrm2<Space>(const DistView<Space>&);                        \
-  template void axpby<Space>(double, const DistView<Space>&, double, DistView<Space>&);
+#define KVMAP_INSTANTIATE_LINALG(Space)                                                    \
+  template KVMAP_EXPORT double dot<Space>(const DistView<Space>&, const DistView<Space>&); \
+  template KVMAP_EXPORT double nrm2<Space>(const DistView<Space>&);                        \
+  template KVMAP_EXPORT void axpby<Space>(double, const DistView<Space>&, double, DistView<Space>&);
 KVMAP_FOR_EACH_MEMORY_SPACE(KVMAP_INSTANTIATE_LINALG)
 
 }  // namespace kvmap::linalg

@@ -11,16 +11,14 @@
 #include "detail/platform/comm.hpp"
 #include "detail/platform/mpi_process.hpp"
 #include "detail/platform/stats.hpp"
-#include "detail/testing/hooks.hpp"
+#include "detail/testing/switches.hpp"
 
 namespace kvmap::Detail {
 
 namespace {
 
-std::atomic<std::size_t> g_count_limit{static_cast<std::size_t>(INT_MAX)};
-
 bool fits(std::size_t n) {
-  return n <= g_count_limit.load();
+  return n <= test_switches().mpi_count_limit.load();
 }
 
 MPI_Datatype mpi_type(DType dtype) {
@@ -40,7 +38,7 @@ MPI_Datatype mpi_type(DType dtype) {
 // In-place reduction in pieces of at most the MPI count limit (the same pieces on every
 // rank, since every rank passes the same n).
 void allreduce_in_pieces(MPI_Comm comm, void* data, std::size_t n, DType dtype, MPI_Op op) {
-  const std::size_t limit = std::max<std::size_t>(1, g_count_limit.load());
+  const std::size_t limit = std::max<std::size_t>(1, test_switches().mpi_count_limit.load());
   auto* p = static_cast<unsigned char*>(data);
   const std::size_t elem = size_of(dtype);
   std::size_t done = 0;
@@ -124,7 +122,7 @@ class MpiTransport final : public Transport {
     if (size() == 1) return;  // the root's bytes are already there
     count_collective();
     if (rank() != root) count_received(nbytes);
-    const std::size_t limit = std::max<std::size_t>(1, g_count_limit.load());
+    const std::size_t limit = std::max<std::size_t>(1, test_switches().mpi_count_limit.load());
     auto* p = static_cast<unsigned char*>(data);
     // Every rank knows nbytes, so every rank cuts the same pieces.
     std::size_t done = 0;
@@ -327,17 +325,13 @@ void release_reduction_cache() {
 // ---- count limit, messages, datatypes ------------------------------------------------------
 
 std::size_t mpi_count_limit() {
-  return g_count_limit.load();
-}
-
-void set_mpi_count_limit(std::size_t limit) {
-  g_count_limit = std::min<std::size_t>(std::max<std::size_t>(limit, 1), INT_MAX);
+  return test_switches().mpi_count_limit.load();
 }
 
 void Messages::add(bool is_recv, int peer, std::size_t offset, std::size_t bytes) {
   // Pieces of at most the count limit; messages between one pair are non-overtaking, so the
   // receiver's pieces meet the sender's in order.
-  const std::size_t limit = std::max<std::size_t>(1, g_count_limit.load());
+  const std::size_t limit = std::max<std::size_t>(1, test_switches().mpi_count_limit.load());
   for (std::size_t done = 0; done < bytes; done += limit) {
     const std::size_t piece = std::min(limit, bytes - done);
     messages_.push_back(Message{peer, is_recv, static_cast<int>(piece), offset + done, piece, {}});
@@ -385,7 +379,7 @@ void PeerTypes::set(int peer, MpiDatatype type) {
 MpiDatatype box_type(const std::vector<std::int64_t>& extents,
                      const std::vector<std::int64_t>& byte_strides, std::size_t itemsize,
                      std::size_t offset) {
-  const std::size_t limit = g_count_limit.load();
+  const std::size_t limit = test_switches().mpi_count_limit.load();
   // The innermost contiguous run as one piece, hvectors over the outer strides.
   int d = static_cast<int>(extents.size()) - 1;
   auto run = static_cast<std::int64_t>(itemsize);

@@ -6,13 +6,15 @@
 
 namespace kvmap::Detail {
 
-std::int64_t normalize_out_dim(const std::vector<std::int64_t>& dims, std::size_t k,
-                               std::size_t nout, std::int64_t per_sample_ndim) {
+std::int64_t normalize_out_dim(const std::vector<std::int64_t>& dims, bool per_output,
+                               std::size_t k, std::size_t nout, std::int64_t per_sample_ndim) {
   KVMAP_CHECK(!dims.empty(), ValueError, "kvmap::vmap: out_dims is empty");
-  KVMAP_CHECK(dims.size() == 1 || dims.size() == nout, ValueError,
+  KVMAP_CHECK((dims.size() == 1 && !per_output) || dims.size() == nout, ValueError,
               "kvmap::vmap: out_dims " << to_string(dims) << " has " << dims.size()
                                        << " entries but the function returned " << nout
-                                       << " outputs (give one per output, or a single one)");
+                                       << (per_output ? " outputs (give one per output)"
+                                                      : " outputs (give one per output, or a "
+                                                        "single one)"));
   KVMAP_CHECK(k < nout, ValueError, "kvmap::vmap: output " << k << " of " << nout);
   KVMAP_CHECK(per_sample_ndim >= 0 && per_sample_ndim < kMaxRank, ValueError,
               "kvmap::vmap: output " << k << " has " << per_sample_ndim

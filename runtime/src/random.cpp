@@ -137,11 +137,11 @@ DistView<M> normal(Shape gshape, DType dtype, std::optional<int> split, Comm com
                         Distribution::Normal);
 }
 
-#define KVMAP_INSTANTIATE_RANDOM(Space)                                           \
-  template DistView<Space> uniform<Space>(Shape, DType, std::optional<int>, Comm, \
-                                          std::optional<std::uint64_t>);          \
-  template DistView<Space> normal<Space>(Shape, DType, std::optional<int>, Comm,  \
-                                         std::optional<std::uint64_t>);
+#define KVMAP_INSTANTIATE_RANDOM(Space)                                                        \
+  template KVMAP_EXPORT DistView<Space> uniform<Space>(Shape, DType, std::optional<int>, Comm, \
+                                                       std::optional<std::uint64_t>);          \
+  template KVMAP_EXPORT DistView<Space> normal<Space>(Shape, DType, std::optional<int>, Comm,  \
+                                                      std::optional<std::uint64_t>);
 KVMAP_FOR_EACH_MEMORY_SPACE(KVMAP_INSTANTIATE_RANDOM)
 
 }  // namespace random

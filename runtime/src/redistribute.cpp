@@ -245,16 +245,16 @@ DistView<M> DistView<M>::scatter(const at::Tensor& full_on_root, std::optional<i
       });
 }
 
-#define KVMAP_INSTANTIATE_REDISTRIBUTE(Space)                                                    \
-  template DistView<Space> DistView<Space>::redistribute(const Layout&) const;                   \
-  template DistView<Space> DistView<Space>::resplit(std::optional<int>) const;                   \
-  template DistView<Space> DistView<Space>::balance() const;                                     \
-  template at::Tensor DistView<Space>::gather(int) const;                                        \
-  template at::Tensor DistView<Space>::allgather() const;                                        \
-  template DistView<Space> DistView<Space>::from_global(const at::Tensor&, std::optional<int>,   \
-                                                        Comm);                                   \
-  template DistView<Space> DistView<Space>::scatter(const at::Tensor&, std::optional<int>, Comm, \
-                                                    int);
+#define KVMAP_INSTANTIATE_REDISTRIBUTE(Space)                                                   \
+  template KVMAP_EXPORT DistView<Space> DistView<Space>::redistribute(const Layout&) const;     \
+  template KVMAP_EXPORT DistView<Space> DistView<Space>::resplit(std::optional<int>) const;     \
+  template KVMAP_EXPORT DistView<Space> DistView<Space>::balance() const;                       \
+  template KVMAP_EXPORT at::Tensor DistView<Space>::gather(int) const;                          \
+  template KVMAP_EXPORT at::Tensor DistView<Space>::allgather() const;                          \
+  template KVMAP_EXPORT DistView<Space> DistView<Space>::from_global(const at::Tensor&,         \
+                                                                     std::optional<int>, Comm); \
+  template KVMAP_EXPORT DistView<Space> DistView<Space>::scatter(const at::Tensor&,             \
+                                                                 std::optional<int>, Comm, int);
 KVMAP_FOR_EACH_MEMORY_SPACE(KVMAP_INSTANTIATE_REDISTRIBUTE)
 
 }  // namespace kvmap

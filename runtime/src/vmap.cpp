@@ -47,6 +47,13 @@ const char* name(Randomness r) {
 VmapOptions& VmapOptions::out_dims(std::vector<std::int64_t> dims) {
   KVMAP_CHECK(!dims.empty(), ValueError, "kvmap::VmapOptions::out_dims: give at least one dim");
   out_dims_ = std::move(dims);
+  out_dims_per_output_ = false;
+  return *this;
+}
+
+VmapOptions& VmapOptions::out_dims_per_output(std::vector<std::int64_t> dims) {
+  out_dims(std::move(dims));
+  out_dims_per_output_ = true;
   return *this;
 }
 
@@ -127,7 +134,9 @@ std::pair<int, std::int64_t> validate_arrays(const std::vector<ArrayArg>& arrays
 }
 
 void describe_options(Signature& sig, const VmapOptions& o, const StreamState& stream) {
-  sig.ints("out_dims", o.out_dims()).text("randomness", name(o.randomness()));
+  sig.ints("out_dims", o.out_dims())
+      .arg("out_dims_per_output", o.out_dims_per_output() ? 1 : 0)
+      .text("randomness", name(o.randomness()));
   // The per-sample random stream (kvmap::sample_uniform/normal): the same on every rank
   // unless ranks seeded differently (kvmap::manual_seed on part of the communicator).
   sig.arg("seed", stream.seed).arg("stream", stream.stream);
@@ -255,7 +264,7 @@ class ChunkRunner {
     // LibTorch's graph executor): an optimized plan of a scripted MLP (its autodiff
     // subgraphs) reads tensors' `data`, which batched tensors refuse ("accessing `data`
     // under vmap transform is not allowed": torch.vmap fails so from the second call on).
-    // A plan optimized by calls outside vmap is still used: see the README.
+    // Calls outside vmap keep their optimized plan (docs/models.md, TorchScript).
     std::optional<torch::jit::GraphOptimizerEnabledGuard> script_unoptimized;
     if (level) script_unoptimized.emplace(false);
     return c_.call(batched);
@@ -283,7 +292,8 @@ class ChunkRunner {
     std::memset(&m, 0, sizeof m);
     m.ndim = static_cast<std::int32_t>(ndim);
     m.dtype = static_cast<std::int32_t>(from_torch(r.scalar_type()));
-    m.out_dim = static_cast<std::int32_t>(normalize_out_dim(c_.options.out_dims(), k, nout, ndim));
+    m.out_dim = static_cast<std::int32_t>(
+        normalize_out_dim(c_.options.out_dims(), c_.options.out_dims_per_output(), k, nout, ndim));
     for (std::int64_t d = 0; d < ndim; ++d) m.shape[d] = r.size(d + skip);
     const DeviceSpec have = device_spec_of(r);
     if (have.kind != c_.device.kind ||
@@ -647,7 +657,7 @@ std::vector<DistView<M>> vmap_core(const DistView<M>* const* arrays, std::size_t
 
 // NOLINTBEGIN(bugprone-macro-parentheses): Space is a type
 #define KVMAP_INSTANTIATE_VMAP_CORE(Space)                                        \
-  template std::vector<DistView<Space>> vmap_core<Space>(                         \
+  template KVMAP_EXPORT std::vector<DistView<Space>> vmap_core<Space>(            \
       const DistView<Space>* const*, std::size_t, const std::vector<at::Tensor>&, \
       const VmapOptions&, Mapping, const ArgsCall&);
 // NOLINTEND(bugprone-macro-parentheses)

@@ -128,8 +128,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         for (auto& d : dims) d = static_cast<std::int8_t>(in.byte());
         const std::size_t k = in.byte() % 13;
         const std::int64_t per_sample = static_cast<std::int8_t>(in.byte());
-        const std::int64_t d = kvmap::Detail::normalize_out_dim(dims, k, nout, per_sample);
+        const bool per_output = in.byte() % 2 == 1;
+        const std::int64_t d =
+            kvmap::Detail::normalize_out_dim(dims, per_output, k, nout, per_sample);
         if (d < 0 || d > per_sample) broken("out_dim");
+        if (per_output && dims.size() != nout) broken("out_dims per output");
         break;
       }
     }

@@ -1,4 +1,4 @@
-# The README's Python example (run by the tests under mpirun).
+# The Python example of docs/python.md (run by the tests under mpirun).
 import torch
 import kvmap
 

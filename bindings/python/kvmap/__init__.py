@@ -5,6 +5,10 @@ Heat-compatible spelling: ``kvmap.array``, ``kvmap.zeros/ones/arange``,
 ``kvmap.vmap(func, out_dims=0, randomness="error", *, chunk_size=None)``;
 ``kvmap.map_batches(func, out_dims=0, *, chunk_size=None)`` for batch-aware functions;
 ``kvmap.from_heat(x)`` and ``DistView.to_heat()`` share memory with Heat's DNDarrays.
+
+DistViews live in host memory (``device="cpu"``) or, where kvmap is built on a Kokkos with
+its CUDA or HIP backend, in the GPU's (``device="gpu"``): one made from a tensor (``array``,
+``from_heat``) lives where the tensor does, the other factories take ``device=``.
 """
 import atexit as _atexit
 import math as _math
@@ -57,14 +61,33 @@ __all__ = ["DistView", "Error", "RemoteError", "Closeness", "check_close", "arra
 __version__ = version()
 
 
+def _device(device):
+    """'cpu' or 'gpu' (Heat's names) from None (host memory), 'cpu'/'gpu'/'cuda', a
+    torch.device or a Heat device."""
+    if device is None:
+        return "cpu"
+    kind = getattr(device, "device_type", None)  # a Heat device
+    if kind is None:
+        kind = device.type if isinstance(device, _torch.device) else device
+    if isinstance(kind, str):
+        kind = kind.split(":")[0].lower()
+        if kind == "cpu":
+            return "cpu"
+        if kind in ("gpu", "cuda", "hip"):
+            return "gpu"
+    raise ValueError("kvmap: device must be None, 'cpu', 'gpu', a torch.device or a Heat device, "
+                     "got %r" % (device,))
+
+
 def _shape(args):
     if len(args) == 1 and isinstance(args[0], (tuple, list)):
         return [int(a) for a in args[0]]
     return [int(a) for a in args]
 
 
-def array(obj, split=None, is_split=None, comm=None):
-    """A DistView from a tensor (or anything torch.as_tensor takes).
+def array(obj, split=None, is_split=None, comm=None, device=None):
+    """A DistView from a tensor (or anything torch.as_tensor takes), on the tensor's device
+    unless ``device`` names another (the tensor is then copied there first).
 
     split:    every rank passes the full array and keeps its slice along ``split``.
     is_split: every rank passes its local piece; the pieces are concatenated in rank order
@@ -75,21 +98,24 @@ def array(obj, split=None, is_split=None, comm=None):
         raise ValueError("kvmap.array: split and is_split are mutually exclusive, got split=%r and "
                          "is_split=%r" % (split, is_split))
     t = obj if isinstance(obj, _torch.Tensor) else _torch.as_tensor(obj)
+    if device is not None and _device(device) != ("cpu" if t.device.type == "cpu" else "gpu"):
+        t = t.to(_kvmap._torch_device(_device(device)))
     if is_split is not None:
         return _comms.remember(_kvmap._from_local(t, is_split, comm), comm)
     return _comms.remember(_kvmap._from_global(t, split, comm), comm)
 
 
-def full(shape, fill_value, dtype=None, split=None, comm=None):
-    return _comms.remember(_kvmap._full(_shape((shape,)), float(fill_value), dtype, split, comm), comm)
+def full(shape, fill_value, dtype=None, split=None, comm=None, device=None):
+    return _comms.remember(_kvmap._full(_shape((shape,)), float(fill_value), dtype, split, comm,
+                                        _device(device)), comm)
 
 
-def zeros(*shape, dtype=None, split=None, comm=None):
-    return _comms.remember(_kvmap._full(_shape(shape), 0.0, dtype, split, comm), comm)
+def zeros(*shape, dtype=None, split=None, comm=None, device=None):
+    return _comms.remember(_kvmap._full(_shape(shape), 0.0, dtype, split, comm, _device(device)), comm)
 
 
-def ones(*shape, dtype=None, split=None, comm=None):
-    return _comms.remember(_kvmap._full(_shape(shape), 1.0, dtype, split, comm), comm)
+def ones(*shape, dtype=None, split=None, comm=None, device=None):
+    return _comms.remember(_kvmap._full(_shape(shape), 1.0, dtype, split, comm, _device(device)), comm)
 
 
 def _arange_arg(a):
@@ -106,7 +132,7 @@ def _arange_arg(a):
     return a
 
 
-def arange(*args, dtype=None, split=None, comm=None):
+def arange(*args, dtype=None, split=None, comm=None, device=None):
     """Like ``torch.arange``: ``arange(end)``, ``arange(start, end)`` or
     ``arange(start, end, step)``, a 1-D DistView of ``start + i * step`` below ``end``.
 
@@ -132,7 +158,7 @@ def arange(*args, dtype=None, split=None, comm=None):
     else:
         n = max(0, int(_math.ceil((end - start) / step)))
     work = _torch.int64 if integral else _torch.float64
-    index = _kvmap._arange(n, work, split, comm)  # 0 .. n-1 with kvmap's layout
+    index = _kvmap._arange(n, work, split, comm, _device(device))  # 0 .. n-1 with kvmap's layout
     values = index.larray.mul_(step).add_(start)
     if values.dtype == dtype:
         return _comms.remember(index, comm)
@@ -165,10 +191,20 @@ def reset_stats():
 
 def _numpy(self):
     """The global array as a NumPy array on every rank."""
-    return self.allgather().numpy()
+    return self.allgather().cpu().numpy()
+
+
+def _to(self, device):
+    """This DistView on ``device`` ('cpu' or 'gpu'): itself if it is there, else a copy there
+    with the same layout and communicator (collective)."""
+    device = _device(device)
+    if device == self.device:
+        return self
+    return _comms.remember(self._moved_to(device), _comms.lookup(self))
 
 
 DistView.numpy = _numpy
+DistView.to = _to
 
 
 def _heat():
@@ -193,10 +229,7 @@ def from_heat(x):
     heat = _sys.modules.get("heat")  # a DNDarray exists only once Heat is imported
     if heat is None or not isinstance(x, heat.DNDarray):
         raise TypeError("kvmap.from_heat: expected a heat.DNDarray, got %s" % type(x).__name__)
-    local = x.larray
-    if local.device.type != "cpu":
-        raise ValueError("kvmap.from_heat: kvmap's Python DistViews live in host memory, but the "
-                         "DNDarray is on %s (x.cpu() moves it)" % local.device)
+    local = x.larray  # on the GPU for a DNDarray there: the DistView lives there too
     if x.split is None or x.balanced:
         # Heat's rule is kvmap's: every rank knows the layout, no count has to travel.
         return _comms.remember(_kvmap._from_local_balanced(local, x.split, x.gshape, x.comm.handle), x.comm)
@@ -256,7 +289,8 @@ def _to_heat(self, comm=None):
     # kvmap balances by Heat's rule, so its O(1) answer is Heat's `balanced`; a balanced
     # DNDarray's shape map Heat computes itself, without communication.
     balanced = self.split is None or self.is_balanced()
-    out = heat.DNDarray(self.larray, tuple(self.gshape), dtype, self.split, heat.cpu, hc, balanced)
+    device = heat.cpu if self.device == "cpu" else heat.gpu
+    out = heat.DNDarray(self.larray, tuple(self.gshape), dtype, self.split, device, hc, balanced)
     # An unbalanced one's it would gather: prime Heat's cache (a private attribute, where this
     # Heat version has one) with kvmap's counts, so that Heat needs no collective either.
     if not balanced and hasattr(out, "_DNDarray__lshape_map"):

@@ -25,7 +25,7 @@ def _mapped(who, func, out_dims, randomness, chunk_size, batches):
     dims, per_output = _out_dims(who, out_dims)
     # A callable implemented in C++: a call goes from the interpreter to kvmap's scheduler
     # without a Python frame (the outputs carry their inputs' communicator).
-    mapped = _kvmap._mapped(func, dims, per_output, repr(tuple(dims)), randomness, chunk_size, batches)
+    mapped = _kvmap._mapped(func, dims, per_output, randomness, chunk_size, batches)
     mapped.__doc__ = func.__doc__
     return mapped
 

@@ -1,5 +1,5 @@
 """Process-count-invariant random DistViews: values depend only on (seed, global index)."""
-from . import _comms, _kvmap
+from . import _comms, _device, _kvmap
 
 
 def _shape(args):
@@ -8,11 +8,13 @@ def _shape(args):
     return [int(a) for a in args]
 
 
-def rand(*shape, dtype=None, split=None, seed=None, comm=None):
+def rand(*shape, dtype=None, split=None, seed=None, comm=None, device=None):
     """Uniform in [0, 1)."""
-    return _comms.remember(_kvmap._random("uniform", _shape(shape), dtype, split, seed, comm), comm)
+    return _comms.remember(_kvmap._random("uniform", _shape(shape), dtype, split, seed, comm,
+                                          _device(device)), comm)
 
 
-def randn(*shape, dtype=None, split=None, seed=None, comm=None):
+def randn(*shape, dtype=None, split=None, seed=None, comm=None, device=None):
     """Standard normal."""
-    return _comms.remember(_kvmap._random("normal", _shape(shape), dtype, split, seed, comm), comm)
+    return _comms.remember(_kvmap._random("normal", _shape(shape), dtype, split, seed, comm,
+                                          _device(device)), comm)

@@ -1,5 +1,6 @@
-// _kvmap: the Python face of kvmap. DistViews of host memory, the vmap scheduler with a
-// Python callable, and the factories and redistributions Heat users know.
+// _kvmap: the Python face of kvmap. DistViews in every memory space the build has (host
+// memory, and the GPU's in a CUDA or HIP build), the vmap scheduler with a Python callable,
+// and the factories and redistributions Heat users know.
 #include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/utils/pybind.h>
 #include <torch/python.h>
@@ -13,6 +14,7 @@
 
 #include <cstdlib>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "kvmap/kvmap.hpp"
@@ -21,21 +23,87 @@
 #include "detail/platform/device_map.hpp"
 #include "detail/platform/gpu_aware_mpi.hpp"
 #include "detail/platform/stats.hpp"
+#include "detail/platform/tensor_bridge.hpp"
 
 namespace py = pybind11;
 
 namespace {
 
-using View = kvmap::DistView<Kokkos::HostSpace>;
+// The memory spaces of Python's DistViews: those the build instantiates kvmap for
+// (KVMAP_FOR_EACH_MEMORY_SPACE): host memory, and in a CUDA or HIP build the GPU's. Python
+// names them as Heat does: "cpu" and "gpu".
+using HostView = kvmap::DistView<Kokkos::HostSpace>;
+#if defined(KOKKOS_ENABLE_CUDA) || defined(KOKKOS_ENABLE_HIP)
+#define KVMAP_PY_DEVICE_SPACE(Space) using DeviceSpace = Space;
+KVMAP_FOR_EACH_DEVICE_SPACE(KVMAP_PY_DEVICE_SPACE)
+#undef KVMAP_PY_DEVICE_SPACE
+using AnyView = std::variant<HostView, kvmap::DistView<DeviceSpace>>;
+#else
+using AnyView = std::variant<HostView>;
+#endif
 
-// A DistView that can change in place (balance_, resplit_), as Heat's DNDarray does.
-// `comm` is the Python communicator it was made on where Python gave one (an mpi4py
-// communicator, or Heat's communication object for kvmap.from_heat; None: COMM_WORLD): the
-// C++ DistView holds its own duplicate and hands no communicator back (see _comms.py).
+enum class Place { Host, Device };
+
+const char* place_name(Place p) {
+  return p == Place::Host ? "cpu" : "gpu";
+}
+
+template <class M>
+struct SpaceTag {
+  using type = M;
+};
+
+// f(SpaceTag<M>{}) for the memory space M of `place`; ValueError for "gpu" in a build
+// without a GPU backend.
+template <class F>
+auto in_space(Place place, F&& f) {
+  if (place == Place::Device) {
+#if defined(KOKKOS_ENABLE_CUDA) || defined(KOKKOS_ENABLE_HIP)
+    return f(SpaceTag<DeviceSpace>{});
+#else
+    throw kvmap::ValueError(std::string("kvmap: this kvmap is built for host memory only (Kokkos "
+                                        "devices: ") +
+                            KVMAP_KOKKOS_DEVICES_STRING +
+                            "); GPU tensors and device='gpu' need kvmap built on a Kokkos with "
+                            "its CUDA or HIP backend");
+#endif
+  }
+  return f(SpaceTag<Kokkos::HostSpace>{});
+}
+
+// The torch device of memory space M on this rank (its GPU: kvmap's device map).
+template <class M>
+at::Device torch_device_of() {
+  return kvmap::Detail::torch_device(kvmap::Impl::device_of<M>());
+}
+
+Place place_of(const at::Tensor& t) {
+  return t.is_cpu() ? Place::Host : Place::Device;
+}
+
+Place to_place(const std::string& device) {
+  if (device == "cpu") return Place::Host;
+  if (device == "gpu") return Place::Device;
+  throw py::value_error("kvmap: device must be 'cpu' or 'gpu', got '" + device + "'");
+}
+
+// A DistView that can change in place (balance_, resplit_), as Heat's DNDarray does, in any
+// of the build's memory spaces. `comm` is the Python communicator it was made on where Python
+// gave one (an mpi4py communicator, or Heat's communication object for kvmap.from_heat; None:
+// COMM_WORLD): the C++ DistView holds its own duplicate and hands no communicator back (see
+// _comms.py).
 struct PyDistView {
-  std::shared_ptr<View> view;
+  std::shared_ptr<AnyView> view;
   py::object comm = py::none();
-  explicit PyDistView(View v) : view(std::make_shared<View>(std::move(v))) {}
+  template <class M>
+  explicit PyDistView(kvmap::DistView<M> v) : view(std::make_shared<AnyView>(std::move(v))) {}
+  explicit PyDistView(AnyView v) : view(std::make_shared<AnyView>(std::move(v))) {}
+  // f(the DistView), whatever its memory space.
+  template <class F>
+  decltype(auto) visit(F&& f) const {
+    return std::visit(std::forward<F>(f), *view);
+  }
+  Place place() const { return view->index() == 0 ? Place::Host : Place::Device; }
 };
 
 kvmap::Comm to_comm(const py::object& comm) {
@@ -158,8 +226,6 @@ struct PyMapped {
   py::object func;
   kvmap::VmapOptions options;
   kvmap::Impl::Mapping mapping;
-  bool per_output;  // out_dims given as a tuple: one entry per output
-  std::string out_dims_repr;
   const char* who() const {
     return mapping == kvmap::Impl::Mapping::Samples ? "kvmap.vmap" : "kvmap.map_batches";
   }
@@ -175,11 +241,20 @@ py::tuple run_vmap(const PyMapped& m, PyObject* args, PyObject* kwargs) {
   const Py_ssize_t nargs = PyTuple_GET_SIZE(args);
   // Copies of the DistViews: their memory stays alive for the whole call, even when Python
   // code on another thread rebinds or rebalances the arguments while the GIL is released.
-  std::vector<View> arrays;
+  // All in one memory space (f's tensors live there), the first's.
+  std::vector<AnyView> arrays;
   arrays.reserve(static_cast<std::size_t>(nargs));
   py::object comm = py::none();
+  Place place = Place::Host;
   for (Py_ssize_t i = 0; i < nargs; ++i) {
     const PyDistView& d = py::handle(PyTuple_GET_ITEM(args, i)).cast<const PyDistView&>();
+    if (i == 0) place = d.place();
+    if (d.place() != place) {
+      throw py::type_error(std::string(m.who()) +
+                           ": the DistViews must live in one memory space: " + "argument 0 is on " +
+                           place_name(place) + ", argument " + std::to_string(i) + " on " +
+                           place_name(d.place()) + " (DistView.to(device) moves one)");
+    }
     arrays.push_back(*d.view);
     if (comm.is_none()) comm = d.comm;
   }
@@ -231,29 +306,27 @@ py::tuple run_vmap(const PyMapped& m, PyObject* args, PyObject* kwargs) {
       throw PythonCallError(e.what(), t, v, tb);
     }
   };
-  std::vector<View> outputs;
+  std::vector<AnyView> outputs;
   std::exception_ptr failure;
   {
     py::gil_scoped_release release;
     try {
-      std::vector<const View*> pointers;
-      pointers.reserve(arrays.size());
-      for (const View& a : arrays) pointers.push_back(&a);
-      outputs = kvmap::Impl::vmap_core<Kokkos::HostSpace>(pointers.data(), pointers.size(), tensors,
-                                                          m.options, m.mapping,
-                                                          kvmap::Impl::ArgsCall(call));
+      outputs = in_space(place, [&](auto space) {
+        using M = typename decltype(space)::type;
+        std::vector<const kvmap::DistView<M>*> pointers;
+        pointers.reserve(arrays.size());
+        for (const AnyView& a : arrays) pointers.push_back(&std::get<kvmap::DistView<M>>(a));
+        std::vector<kvmap::DistView<M>> out =
+            kvmap::Impl::vmap_core<M>(pointers.data(), pointers.size(), tensors, m.options,
+                                      m.mapping, kvmap::Impl::ArgsCall(call));
+        return std::vector<AnyView>(std::make_move_iterator(out.begin()),
+                                    std::make_move_iterator(out.end()));
+      });
     } catch (...) {
       failure = std::current_exception();
     }
   }
   if (failure) rethrow_for_python(failure);
-  // The number of outputs is agreed across ranks, so every rank raises alike.
-  if (m.per_output && m.options.out_dims().size() != outputs.size()) {
-    throw py::value_error(std::string(m.who()) + ": out_dims " + m.out_dims_repr + " has " +
-                          std::to_string(m.options.out_dims().size()) +
-                          " entries but the function returned " + std::to_string(outputs.size()) +
-                          " outputs");
-  }
   // vmap's outputs live on their inputs' communicator.
   py::tuple result(outputs.size());
   for (std::size_t k = 0; k < outputs.size(); ++k) {
@@ -303,6 +376,14 @@ PyObject* mapped_call(PyObject* self, PyObject* args, PyObject* kwargs) {
     set_python_error(std::current_exception());
   }
   return nullptr;
+}
+
+// TypeError unless x and y live in one memory space.
+void same_space(const char* who, const PyDistView& x, const PyDistView& y) {
+  if (x.place() != y.place()) {
+    throw py::type_error(std::string(who) + ": the DistViews must live in one memory space, got " +
+                         place_name(x.place()) + " and " + place_name(y.place()));
+  }
 }
 
 }  // namespace
@@ -373,52 +454,76 @@ void bind_runtime(py::module_& m) {
 void bind_dist_view(py::module_& m) {
   py::class_<PyDistView>(m, "DistView")
       .def_property_readonly(
-          "larray", [](const PyDistView& d) { return d.view->local(); },
-          "The local shard as a torch tensor sharing its memory")
+          "larray",
+          [](const PyDistView& d) { return d.visit([](const auto& v) { return v.local(); }); },
+          "The local shard as a torch tensor sharing its memory (on the DistView's device)")
+      .def_property_readonly(
+          "device", [](const PyDistView& d) { return std::string(place_name(d.place())); },
+          "'cpu' (host memory) or 'gpu' (the GPU of this rank), as Heat names devices")
       .def_property_readonly("gshape",
-                             [](const PyDistView& d) { return to_tuple(d.view->gshape()); })
+                             [](const PyDistView& d) {
+                               return d.visit([](const auto& v) { return to_tuple(v.gshape()); });
+                             })
       .def_property_readonly("shape",
-                             [](const PyDistView& d) { return to_tuple(d.view->gshape()); })
+                             [](const PyDistView& d) {
+                               return d.visit([](const auto& v) { return to_tuple(v.gshape()); });
+                             })
       .def_property_readonly("lshape",
-                             [](const PyDistView& d) { return to_tuple(d.view->lshape()); })
+                             [](const PyDistView& d) {
+                               return d.visit([](const auto& v) { return to_tuple(v.lshape()); });
+                             })
       .def_property_readonly("split",
                              [](const PyDistView& d) -> py::object {
-                               if (d.view->split()) return py::int_(*d.view->split());
+                               const auto split = d.visit([](const auto& v) { return v.split(); });
+                               if (split) return py::int_(*split);
                                return py::none();
                              })
-      .def_property_readonly("ndim", [](const PyDistView& d) { return d.view->ndim(); })
+      .def_property_readonly(
+          "ndim",
+          [](const PyDistView& d) { return d.visit([](const auto& v) { return v.ndim(); }); })
       .def_property_readonly(
           "dtype",
           [](const PyDistView& d) {
+            const kvmap::DType dt = d.visit([](const auto& v) { return v.dtype(); });
             return py::reinterpret_borrow<py::object>(
-                reinterpret_cast<PyObject*>(torch::getTHPDtype(kvmap::to_torch(d.view->dtype()))));
+                reinterpret_cast<PyObject*>(torch::getTHPDtype(kvmap::to_torch(dt))));
           })
       .def_property_readonly(
           "lshape_map",
           [](const PyDistView& d) {
-            const auto map = d.view->lshape_map();
-            at::Tensor t =
-                at::empty({static_cast<std::int64_t>(map.size()), d.view->ndim()}, at::kLong);
+            const auto map = d.visit([](const auto& v) { return v.lshape_map(); });
+            const int ndim = d.visit([](const auto& v) { return v.ndim(); });
+            at::Tensor t = at::empty({static_cast<std::int64_t>(map.size()), ndim}, at::kLong);
             for (std::size_t r = 0; r < map.size(); ++r) {
-              for (int k = 0; k < d.view->ndim(); ++k) t[r][k] = map[r][k];
+              for (int k = 0; k < ndim; ++k) t[r][k] = map[r][k];
             }
             return t;
           })
-      .def_property_readonly("comm_size", [](const PyDistView& d) { return d.view->comm().size(); })
-      .def_property_readonly("comm_rank", [](const PyDistView& d) { return d.view->comm().rank(); })
+      .def_property_readonly("comm_size",
+                             [](const PyDistView& d) {
+                               return d.visit([](const auto& v) { return v.comm().size(); });
+                             })
+      .def_property_readonly("comm_rank",
+                             [](const PyDistView& d) {
+                               return d.visit([](const auto& v) { return v.comm().rank(); });
+                             })
       .def_readwrite("_comm", &PyDistView::comm)
-      .def("is_balanced", [](const PyDistView& d) { return d.view->is_balanced(); })
+      .def("is_balanced",
+           [](const PyDistView& d) {
+             return d.visit([](const auto& v) { return v.is_balanced(); });
+           })
       // The source is copied and the result assigned with the GIL held: another Python
       // thread never sees the DistView half replaced. Both return the array itself, as
       // Heat's in-place methods do (`x.resplit_(None).larray`).
       .def("balance_",
            [](py::object self) {
              PyDistView& d = self.cast<PyDistView&>();
-             const View source = *d.view;
-             std::optional<View> result;
+             const AnyView source = *d.view;
+             std::optional<AnyView> result;
              {
                py::gil_scoped_release release;
-               result.emplace(source.balance());
+               result.emplace(
+                   std::visit([](const auto& v) { return AnyView(v.balance()); }, source));
              }
              *d.view = std::move(*result);
              return self;
@@ -427,11 +532,12 @@ void bind_dist_view(py::module_& m) {
            [](py::object self, const py::object& axis) {
              PyDistView& d = self.cast<PyDistView&>();
              const auto split = to_split(axis);
-             const View source = *d.view;
-             std::optional<View> result;
+             const AnyView source = *d.view;
+             std::optional<AnyView> result;
              {
                py::gil_scoped_release release;
-               result.emplace(source.resplit(split));
+               result.emplace(
+                   std::visit([&](const auto& v) { return AnyView(v.resplit(split)); }, source));
              }
              *d.view = std::move(*result);
              return self;
@@ -442,7 +548,7 @@ void bind_dist_view(py::module_& m) {
             at::Tensor t;
             {
               py::gil_scoped_release release;
-              t = d.view->gather(root);
+              t = d.visit([&](const auto& v) { return v.gather(root); });
             }
             if (!t.defined()) return py::none();
             return py::cast(t);
@@ -451,32 +557,59 @@ void bind_dist_view(py::module_& m) {
       .def("allgather",
            [](const PyDistView& d) {
              py::gil_scoped_release release;
-             return d.view->allgather();
+             return d.visit([](const auto& v) { return v.allgather(); });
+           })
+      // The same array in the other memory space: the local shards copied there, the layout
+      // and communicator kept (one fixed-size agreement).
+      .def("_moved_to",
+           [](const PyDistView& d, const std::string& device) {
+             const Place target = to_place(device);
+             py::gil_scoped_release release;
+             return in_space(target, [&](auto space) {
+               using M = typename decltype(space)::type;
+               const at::Device to = torch_device_of<M>();
+               return d.visit([&](const auto& v) {
+                 return PyDistView(
+                     kvmap::DistView<M>::from_local(v.local().to(to), v.layout(), v.comm()));
+               });
+             });
            })
       .def("_local_address",
            [](const PyDistView& d) {
-             return reinterpret_cast<std::uintptr_t>(d.view->local_data());
+             return d.visit(
+                 [](const auto& v) { return reinterpret_cast<std::uintptr_t>(v.local_data()); });
            })
       .def("__repr__", [](const PyDistView& d) {
-        return "kvmap.DistView(gshape=" + kvmap::to_string(d.view->gshape()) + ", split=" +
-               (d.view->split() ? std::to_string(*d.view->split()) : std::string("None")) +
-               ", dtype=" + kvmap::name(d.view->dtype()) + ", " + d.view->layout().str() + ")";
+        return d.visit([&](const auto& v) {
+          return "kvmap.DistView(gshape=" + kvmap::to_string(v.gshape()) +
+                 ", split=" + (v.split() ? std::to_string(*v.split()) : std::string("None")) +
+                 ", dtype=" + kvmap::name(v.dtype()) + ", device=" + place_name(d.place()) + ", " +
+                 v.layout().str() + ")";
+        });
       });
 }
 
 // Factories of DistViews (from tensors, values, random streams) and linear algebra on them.
+// A DistView made from a tensor lives where the tensor does; the other factories take
+// device "cpu" or "gpu".
 void bind_factories(py::module_& m) {
   m.def("_from_global", [](const at::Tensor& t, const py::object& split, const py::object& comm) {
     auto s = to_split(split);
     auto c = to_comm(comm);
     py::gil_scoped_release release;
-    return PyDistView(View::from_global(t.cpu(), s, c));
+    return in_space(place_of(t), [&](auto space) {
+      using M = typename decltype(space)::type;
+      return PyDistView(kvmap::DistView<M>::from_global(t, s, c));
+    });
   });
   m.def("_from_local", [](const at::Tensor& t, const py::object& split, const py::object& comm) {
     auto s = to_split(split);
     auto c = to_comm(comm);
     py::gil_scoped_release release;
-    return PyDistView(View::from_local(t, s, c));
+    return in_space(place_of(t), [&](auto space) {
+      using M = typename decltype(space)::type;
+      return PyDistView(kvmap::DistView<M>::from_local(t, s, c));
+    });
   });
   // A shard of a balanced (split given) or replicated array of global shape `gshape`: every
   // rank knows the layout, so no count is gathered (one fixed-size agreement).
@@ -487,35 +620,56 @@ void bind_factories(py::module_& m) {
     py::gil_scoped_release release;
     const kvmap::Layout layout = s ? kvmap::Layout::balanced(gshape, s, c.size())
                                    : kvmap::Layout::replicated(gshape, c.size());
-    return PyDistView(View::from_local(t, layout, c));
+    return in_space(place_of(t), [&](auto space) {
+      using M = typename decltype(space)::type;
+      return PyDistView(kvmap::DistView<M>::from_local(t, layout, c));
+    });
   });
   m.def("_full", [](const kvmap::Shape& shape, double value, const py::object& dtype,
-                    const py::object& split, const py::object& comm) {
+                    const py::object& split, const py::object& comm, const std::string& device) {
     auto s = to_split(split);
     auto c = to_comm(comm);
     auto dt = dtype_of(dtype, kvmap::DType::Float32);
+    const Place place = to_place(device);
     py::gil_scoped_release release;
-    return PyDistView(View::full(shape, value, dt, s, c));
+    return in_space(place, [&](auto space) {
+      using M = typename decltype(space)::type;
+      return PyDistView(kvmap::DistView<M>::full(shape, value, dt, s, c));
+    });
   });
   m.def("_arange", [](std::int64_t n, const py::object& dtype, const py::object& split,
-                      const py::object& comm) {
+                      const py::object& comm, const std::string& device) {
     auto s = to_split(split);
     auto c = to_comm(comm);
     auto dt = dtype_of(dtype, kvmap::DType::Int64);
+    const Place place = to_place(device);
     py::gil_scoped_release release;
-    return PyDistView(View::arange(n, dt, s, c));
+    return in_space(place, [&](auto space) {
+      using M = typename decltype(space)::type;
+      return PyDistView(kvmap::DistView<M>::arange(n, dt, s, c));
+    });
   });
   m.def("_random", [](const std::string& kind, const kvmap::Shape& shape, const py::object& dtype,
-                      const py::object& split, const py::object& seed, const py::object& comm) {
+                      const py::object& split, const py::object& seed, const py::object& comm,
+                      const std::string& device) {
     auto s = to_split(split);
     auto c = to_comm(comm);
     auto dt = dtype_of(dtype, kvmap::DType::Float32);
     std::optional<std::uint64_t> sd;
     if (!seed.is_none()) sd = seed.cast<std::uint64_t>();
+    const Place place = to_place(device);
     py::gil_scoped_release release;
-    return PyDistView(kind == "normal"
-                          ? kvmap::random::normal<Kokkos::HostSpace>(shape, dt, s, c, sd)
-                          : kvmap::random::uniform<Kokkos::HostSpace>(shape, dt, s, c, sd));
+    return in_space(place, [&](auto space) {
+      using M = typename decltype(space)::type;
+      return PyDistView(kind == "normal" ? kvmap::random::normal<M>(shape, dt, s, c, sd)
+                                         : kvmap::random::uniform<M>(shape, dt, s, c, sd));
+    });
+  });
+  // The torch device kvmap's DistViews on `device` live on, for moving tensors there.
+  m.def("_torch_device", [](const std::string& device) {
+    return in_space(to_place(device), [](auto space) {
+      return torch_device_of<typename decltype(space)::type>().str();
+    });
   });
   m.def("_manual_seed", [](std::uint64_t seed, const py::object& comm) {
     auto c = to_comm(comm);
@@ -523,12 +677,15 @@ void bind_factories(py::module_& m) {
     kvmap::manual_seed(seed, c);
   });
   m.def("_dot", [](const PyDistView& x, const PyDistView& y) {
+    same_space("kvmap.dot", x, y);
     py::gil_scoped_release release;
-    return kvmap::linalg::dot(*x.view, *y.view);
+    return x.visit([&](const auto& a) {
+      return kvmap::linalg::dot(a, std::get<std::decay_t<decltype(a)>>(*y.view));
+    });
   });
   m.def("_nrm2", [](const PyDistView& x) {
     py::gil_scoped_release release;
-    return kvmap::linalg::nrm2(*x.view);
+    return x.visit([](const auto& a) { return kvmap::linalg::nrm2(a); });
   });
 }
 
@@ -585,15 +742,17 @@ void bind_vmap(py::module_& m) {
       .def_property_readonly("_who", [](const PyMapped& self) { return self.who(); });
   // The checks of the arguments' types are Python's (kvmap/_vmap.py); values are C++'s.
   m.def("_mapped", [](py::object func, const std::vector<std::int64_t>& out_dims, bool per_output,
-                      const std::string& out_dims_repr, const std::string& randomness,
-                      const py::object& chunk_size, bool batches) {
+                      const std::string& randomness, const py::object& chunk_size, bool batches) {
     PyMapped mapped;
     mapped.func = std::move(func);
-    mapped.options.out_dims(out_dims).randomness(to_randomness(randomness));
+    if (per_output) {
+      mapped.options.out_dims_per_output(out_dims);
+    } else {
+      mapped.options.out_dims(out_dims);
+    }
+    mapped.options.randomness(to_randomness(randomness));
     if (!chunk_size.is_none()) mapped.options.chunk_size(chunk_size.cast<std::int64_t>());
     mapped.mapping = batches ? kvmap::Impl::Mapping::Batches : kvmap::Impl::Mapping::Samples;
-    mapped.per_output = per_output;
-    mapped.out_dims_repr = out_dims_repr;
     return mapped;
   });
   m.def("_set_foreign_call", [](py::object f) {

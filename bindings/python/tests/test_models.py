@@ -76,7 +76,7 @@ def test_map_batches_output_must_lead_with_the_chunk():
 def test_scripted_module_through_vmap_and_map_batches():
     eager = potential_class()().eval()
     # One scripted module for vmap, one for map_batches: an optimized plan that LibTorch's graph
-    # executor builds on direct calls cannot run under functorch (see the README).
+    # executor builds on direct calls cannot run under functorch (docs/models.md, TorchScript).
     per_sample = torch.jit.script(potential_class()().eval())
     batched = torch.jit.script(potential_class()().eval())
     full = randn(4 * P + 3, 3, seed=3, dtype=torch.float32)

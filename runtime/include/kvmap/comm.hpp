@@ -3,17 +3,19 @@
 /// The MPI communicator kvmap works on: a handle to kvmap's duplicate of the user's
 /// communicator. What kvmap sends over it is private to kvmap (its transport,
 /// runtime/src/detail/platform/mpi_transport.hpp); an application talks MPI on raw().
+#include "kvmap/config.hpp"
 #include <mpi.h>
 
 #include <cstdint>
 #include <memory>
 
-namespace kvmap {
-
-/// kvmap's private code: declared here only so that Comm can name its friend.
-namespace Detail {
+/// kvmap's private code (not installed, not exported): declared here only so that Comm can
+/// name its friend.
+namespace kvmap::Detail {
 struct CommAccess;  ///< kvmap's own access to the duplicate (runtime/src/detail/platform/comm.hpp)
-}  // namespace Detail
+}  // namespace kvmap::Detail
+
+namespace kvmap KVMAP_EXPORT {
 
 /// A copyable handle to kvmap's duplicate of an MPI communicator: what every collective of
 /// kvmap (DistView factories and redistribution, vmap's agreement, random, linalg) runs on.
@@ -59,4 +61,4 @@ class Comm {
   int size_ = 1;
 };
 
-}  // namespace kvmap
+}  // namespace KVMAP_EXPORT

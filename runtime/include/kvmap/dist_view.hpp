@@ -11,6 +11,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "kvmap/config.hpp"
 #include "kvmap/comm.hpp"
 #include "kvmap/dtype.hpp"
 #include "kvmap/impl/kokkos_compat.hpp"
@@ -22,11 +23,11 @@ namespace at {
 class Tensor;
 }
 
-namespace kvmap {
+namespace kvmap::Detail {
+struct DistViewAccess;  ///< kvmap's own access to a DistView's parts (not installed, not exported)
+}  // namespace kvmap::Detail
 
-namespace Detail {
-struct DistViewAccess;  ///< kvmap's own access to a DistView's parts (not installed)
-}  // namespace Detail
+namespace kvmap KVMAP_EXPORT {
 
 namespace Impl {
 enum class ViewLayoutKind { Right, Left, Stride };
@@ -195,9 +196,9 @@ class DistView {
 };
 
 /// \cond KVMAP_INTERNAL
-#define KVMAP_EXTERN_DIST_VIEW(Space) extern template class DistView<Space>;
+#define KVMAP_EXTERN_DIST_VIEW(Space) extern template class KVMAP_EXPORT DistView<Space>;
 KVMAP_FOR_EACH_MEMORY_SPACE(KVMAP_EXTERN_DIST_VIEW)
 #undef KVMAP_EXTERN_DIST_VIEW
 /// \endcond
 
-}  // namespace kvmap
+}  // namespace KVMAP_EXPORT

@@ -1,6 +1,7 @@
 #pragma once
 /// \file
 /// Element types of distributed arrays: kvmap::DType and its C++ counterparts.
+#include "kvmap/config.hpp"
 #include <complex>
 #include <cstddef>
 #include <cstdint>
@@ -8,7 +9,7 @@
 #include <type_traits>
 #include <utility>
 
-namespace kvmap {
+namespace kvmap KVMAP_EXPORT {
 
 /// Storage type of DType::Float16 (Kokkos 3.4 has no host arithmetic type for it).
 struct float16_bits {
@@ -139,4 +140,4 @@ decltype(auto) visit(DType dtype, F&& f) {
   Impl::throw_invalid_dtype(dtype);
 }
 
-}  // namespace kvmap
+}  // namespace KVMAP_EXPORT

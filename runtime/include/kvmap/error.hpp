@@ -1,12 +1,13 @@
 #pragma once
 /// \file
 /// Exception types of kvmap and the checks that raise them.
+#include "kvmap/config.hpp"
 #include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
-namespace kvmap {
+namespace kvmap KVMAP_EXPORT {
 
 /// Base of everything kvmap throws.
 class Error : public std::runtime_error {
@@ -44,7 +45,7 @@ namespace Impl {
 [[noreturn]] void throw_type_error(const std::string& message);
 }  // namespace Impl
 
-}  // namespace kvmap
+}  // namespace KVMAP_EXPORT
 
 /// \def KVMAP_CHECK(cond, ExceptionType, message)
 /// Throws ExceptionType with the streamed `message` when `cond` is false:

@@ -1,6 +1,7 @@
 #pragma once
 /// \file
 /// Shard arithmetic of a global array over ranks: pure, no MPI, no Kokkos.
+#include "kvmap/config.hpp"
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -10,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-namespace kvmap {
+namespace kvmap KVMAP_EXPORT {
 
 /// A global or local shape: one extent per dimension.
 using Shape = std::vector<std::int64_t>;
@@ -131,4 +132,4 @@ int normalize_axis(std::int64_t axis, int ndim, const char* what);
 std::int64_t checked_numel(const Shape& shape);
 }  // namespace Impl
 
-}  // namespace kvmap
+}  // namespace KVMAP_EXPORT

@@ -3,9 +3,11 @@
 /// Distributed BLAS-1 on DistViews (Kokkos Kernels on each shard, results agreed globally).
 /// x and y must have equal layouts, the same dtype (float32 or float64) and 1 or 2
 /// dimensions; 2-d arrays are treated as one vector of all their elements.
+#include "kvmap/config.hpp"
 #include "kvmap/dist_view.hpp"
 
-namespace kvmap::linalg {
+namespace kvmap KVMAP_EXPORT {
+namespace linalg {
 
 /// Global sum of x .* y. Each rank's partial sum is added exactly (in fixed point, in the
 /// call's one fixed-size agreement) and rounded once, so the result is the same on every rank
@@ -23,4 +25,5 @@ double nrm2(const DistView<MemorySpace>& x);
 template <class MemorySpace>
 void axpby(double a, const DistView<MemorySpace>& x, double b, DistView<MemorySpace>& y);
 
-}  // namespace kvmap::linalg
+}  // namespace linalg
+}  // namespace KVMAP_EXPORT

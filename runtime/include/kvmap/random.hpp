@@ -8,10 +8,11 @@
 #include <optional>
 #include <string>
 
+#include "kvmap/config.hpp"
 #include "kvmap/comm.hpp"
 #include "kvmap/dist_view.hpp"
 
-namespace kvmap {
+namespace kvmap KVMAP_EXPORT {
 
 /// Collective: sets the seed of kvmap's random streams on every rank of comm (the seed must
 /// be the same on every rank) and restarts the stream counter.
@@ -36,4 +37,4 @@ DistView<MemorySpace> normal(Shape gshape, DType dtype, std::optional<int> split
 
 }  // namespace random
 
-}  // namespace kvmap
+}  // namespace KVMAP_EXPORT

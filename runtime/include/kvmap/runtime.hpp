@@ -1,8 +1,9 @@
 #pragma once
+#include "kvmap/config.hpp"
 /// \file
 /// ScopeGuard: initializes MPI and Kokkos unless already initialized, and finalizes only
 /// what it started.
-namespace kvmap {
+namespace kvmap KVMAP_EXPORT {
 
 /// `kvmap::ScopeGuard guard(argc, argv);` at the top of main(): MPI (at least
 /// MPI_THREAD_FUNNELED) and Kokkos (on the GPU this rank maps to, unless the user chose one)
@@ -27,4 +28,4 @@ class ScopeGuard {
   bool started_kokkos_ = false;
 };
 
-}  // namespace kvmap
+}  // namespace KVMAP_EXPORT

@@ -1,9 +1,10 @@
 #pragma once
 /// \file
 /// Process-local counters of what the runtime did since start (or the last reset_stats()).
+#include "kvmap/config.hpp"
 #include <cstdint>
 
-namespace kvmap {
+namespace kvmap KVMAP_EXPORT {
 
 /// What the runtime did on this rank: the counters of kvmap::stats().
 struct Stats {
@@ -26,4 +27,4 @@ Stats stats();
 /// Zeroes the counters (bytes_live and gpu_aware_mpi are kept).
 void reset_stats();
 
-}  // namespace kvmap
+}  // namespace KVMAP_EXPORT

@@ -7,12 +7,13 @@
 #include <cstdint>
 #include <string>
 
+#include "kvmap/config.hpp"
 #include "kvmap/dtype.hpp"
 #include "kvmap/impl/kokkos_compat.hpp"
 #include "kvmap/impl/local_block.hpp"
 #include "kvmap/impl/view_block.hpp"
 
-namespace kvmap {
+namespace kvmap KVMAP_EXPORT {
 
 /// The torch ScalarType of a DType.
 at::ScalarType to_torch(DType dtype);
@@ -32,4 +33,4 @@ at::Tensor to_tensor(const View& view) {
                                  Impl::device_of<typename View::memory_space>());
 }
 
-}  // namespace kvmap
+}  // namespace KVMAP_EXPORT

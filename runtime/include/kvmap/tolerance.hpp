@@ -22,6 +22,7 @@
 /// so that two computations in the same precision (a per-sample loop against a batched call)
 /// are compared with the sum of both bounds; against a float64 reference it is negligible.
 /// Non-floating dtypes compare exactly; NaN matches only NaN, an infinity only itself.
+#include "kvmap/config.hpp"
 #include <ATen/core/Tensor.h>
 #include <c10/core/ScalarType.h>
 
@@ -31,7 +32,7 @@
 #include <utility>
 #include <vector>
 
-namespace kvmap {
+namespace kvmap KVMAP_EXPORT {
 
 /// The bound check_close applies: a rounding count and, for the component-wise form, the
 /// terms' magnitudes.
@@ -78,4 +79,4 @@ double unit_roundoff(at::ScalarType type);
 Closeness check_close(const at::Tensor& actual, const at::Tensor& reference,
                       const ErrorBound& bound = {});
 
-}  // namespace kvmap
+}  // namespace KVMAP_EXPORT

@@ -16,12 +16,13 @@
 #include <utility>
 #include <vector>
 
+#include "kvmap/config.hpp"
 #include "kvmap/dist_view.hpp"
 #include "kvmap/impl/kokkos_compat.hpp"
 #include "kvmap/impl/vmap_core.hpp"
 #include "kvmap/tensor_bridge.hpp"
 
-namespace kvmap {
+namespace kvmap KVMAP_EXPORT {
 
 /// How torch's own random functions behave inside f under kvmap::vmap (torch.vmap's
 /// `randomness`): Error raises, Different draws per sample, Same draws once for all samples.
@@ -34,6 +35,9 @@ class VmapOptions {
  public:
   /// One per output; a single value applies to all outputs. Negative dims count from the end.
   VmapOptions& out_dims(std::vector<std::int64_t> dims);
+  /// Exactly one per output, a single value included (torch.vmap's tuple out_dims): a
+  /// function with another number of outputs is an error, agreed on every rank.
+  VmapOptions& out_dims_per_output(std::vector<std::int64_t> dims);
   /// How torch's own random functions behave inside f under vmap (as torch.vmap's
   /// randomness). map_batches accepts only the default: there f is an ordinary batched call.
   VmapOptions& randomness(Randomness r);
@@ -47,6 +51,7 @@ class VmapOptions {
   /// The values the setters above set.
   ///@{
   const std::vector<std::int64_t>& out_dims() const { return out_dims_; }
+  bool out_dims_per_output() const { return out_dims_per_output_; }
   Randomness randomness() const { return randomness_; }
   std::optional<std::int64_t> chunk_size() const { return chunk_size_; }
   int concurrency() const { return concurrency_; }
@@ -54,6 +59,7 @@ class VmapOptions {
 
  private:
   std::vector<std::int64_t> out_dims_{0};
+  bool out_dims_per_output_ = false;
   Randomness randomness_ = Randomness::Error;
   std::optional<std::int64_t> chunk_size_;
   int concurrency_ = 1;
@@ -220,7 +226,7 @@ class Vmapped {
   Impl::Mapping mapping_;
 };
 
-/// vmap(f, options)(args...): see the README ("vmap") and the members of Vmapped above.
+/// vmap(f, options)(args...): see docs/concepts.md ("vmap") and the members of Vmapped above.
 template <class F>
 Vmapped<F> vmap(F f, VmapOptions options = {}) {
   return Vmapped<F>(std::move(f), std::move(options));
@@ -228,10 +234,11 @@ Vmapped<F> vmap(F f, VmapOptions options = {}) {
 
 /// map_batches(f, options)(args...): as vmap, but f receives each chunk's tensors with the
 /// batch axis first as plain tensors (no functorch) and returns tensors whose first axis is
-/// the chunk length; each output's batch axis then moves to its out_dim. See the README.
+/// the chunk length; each output's batch axis then moves to its out_dim. See docs/concepts.md
+/// ("map_batches").
 template <class F>
 Vmapped<F> map_batches(F f, VmapOptions options = {}) {
   return Vmapped<F>(std::move(f), std::move(options), Impl::Mapping::Batches);
 }
 
-}  // namespace kvmap
+}  // namespace KVMAP_EXPORT

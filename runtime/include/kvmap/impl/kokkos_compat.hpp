@@ -2,6 +2,7 @@
 // The only place in kvmap that knows how Kokkos versions (3.4 .. 4.x) and backends differ:
 // memory space names, device ids, Tools regions, and the list of memory spaces kvmap is
 // built for.
+#include "kvmap/config.hpp"
 #include <Kokkos_Core.hpp>
 #if __has_include(<Kokkos_Profiling_ScopedRegion.hpp>)  // Kokkos 4
 #include <Kokkos_Profiling_ScopedRegion.hpp>
@@ -13,7 +14,8 @@
 #include <optional>
 #include <type_traits>
 
-namespace kvmap::Impl {
+namespace kvmap KVMAP_EXPORT {
+namespace Impl {
 
 // Torch's device kinds kvmap maps to (ROCm devices are "CUDA" to torch).
 enum class DeviceKind { CPU, CUDA };
@@ -133,7 +135,8 @@ class ScopedRegion {
 #endif
 };
 
-}  // namespace kvmap::Impl
+}  // namespace Impl
+}  // namespace KVMAP_EXPORT
 
 // X-macro over the memory spaces kvmap instantiates its templates for.
 #if defined(KOKKOS_ENABLE_CUDA)

@@ -1,11 +1,13 @@
 #pragma once
 // A local shard as kvmap stores it, independent of memory space and element type
 // (the DistView holds the DType). Implementation detail of the public headers.
+#include "kvmap/config.hpp"
 #include <cstdint>
 #include <memory>
 #include <vector>
 
-namespace kvmap::Impl {
+namespace kvmap KVMAP_EXPORT {
+namespace Impl {
 
 inline constexpr int kMaxRank = 8;
 
@@ -16,4 +18,5 @@ struct LocalBlock {
   std::shared_ptr<void> owner;        // keeps the memory alive (Kokkos view, tensor, ...)
 };
 
-}  // namespace kvmap::Impl
+}  // namespace Impl
+}  // namespace KVMAP_EXPORT

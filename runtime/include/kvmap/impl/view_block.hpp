@@ -5,9 +5,11 @@
 #include <memory>
 #include <type_traits>
 
+#include "kvmap/config.hpp"
 #include "kvmap/impl/local_block.hpp"
 
-namespace kvmap::Impl {
+namespace kvmap KVMAP_EXPORT {
+namespace Impl {
 
 template <class View>
 LocalBlock block_from_view(const View& view) {
@@ -26,4 +28,5 @@ LocalBlock block_from_view(const View& view) {
   return block;
 }
 
-}  // namespace kvmap::Impl
+}  // namespace Impl
+}  // namespace KVMAP_EXPORT

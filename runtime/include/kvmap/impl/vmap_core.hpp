@@ -7,10 +7,11 @@
 #include <type_traits>
 #include <vector>
 
+#include "kvmap/config.hpp"
 #include "kvmap/dist_view.hpp"
 #include "kvmap/impl/kokkos_compat.hpp"
 
-namespace kvmap {
+namespace kvmap KVMAP_EXPORT {
 
 class VmapOptions;
 
@@ -55,7 +56,7 @@ std::vector<DistView<M>> vmap_core(const DistView<M>* const* arrays, std::size_t
                                    const ArgsCall& call);
 // NOLINTBEGIN(bugprone-macro-parentheses): Space is a type
 #define KVMAP_EXTERN_VMAP_CORE(Space)                                             \
-  extern template std::vector<DistView<Space>> vmap_core<Space>(                  \
+  extern template KVMAP_EXPORT std::vector<DistView<Space>> vmap_core<Space>(     \
       const DistView<Space>* const*, std::size_t, const std::vector<at::Tensor>&, \
       const VmapOptions&, Mapping, const ArgsCall&);
 // NOLINTEND(bugprone-macro-parentheses)
@@ -63,4 +64,4 @@ KVMAP_FOR_EACH_MEMORY_SPACE(KVMAP_EXTERN_VMAP_CORE)
 #undef KVMAP_EXTERN_VMAP_CORE
 
 }  // namespace Impl
-}  // namespace kvmap
+}  // namespace KVMAP_EXPORT

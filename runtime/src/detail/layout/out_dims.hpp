@@ -9,8 +9,9 @@
 namespace kvmap::Detail {
 
 // The out_dim of output k of nout, normalized to [0, per_sample_ndim]. `dims` holds one
-// entry per output or a single entry for all. ValueError names the problem.
-std::int64_t normalize_out_dim(const std::vector<std::int64_t>& dims, std::size_t k,
-                               std::size_t nout, std::int64_t per_sample_ndim);
+// entry per output, or (unless `per_output`) a single entry for all. ValueError names the
+// problem.
+std::int64_t normalize_out_dim(const std::vector<std::int64_t>& dims, bool per_output,
+                               std::size_t k, std::size_t nout, std::int64_t per_sample_ndim);
 
 }  // namespace kvmap::Detail

@@ -1,14 +1,18 @@
 #pragma once
 // Hooks for kvmap's tests and benchmarks, never for applications: they change how the
 // runtime moves data so that rare paths (large counts, staging through host memory) run on
-// any machine, and emulate rank counts the machine does not have. Not installed, not in
-// kvmap.hpp.
+// any machine, emulate rank counts the machine does not have, and inject faults. Defined in
+// runtime/src/testing (the internal target kvmap_internals), not in libkvmap: an application
+// cannot call them. Not installed, not in kvmap.hpp.
 #include <cstddef>
+#include <cstdint>
+#include <string>
 
 #include "detail/detail.hpp"
 #include "kvmap/comm.hpp"
-#include "detail/platform/comm.hpp"           // the registry: next_sequence, CommAccess
-#include "detail/platform/mpi_transport.hpp"  // a Comm's transport
+#include "detail/platform/comm.hpp"               // the registry: next_sequence, CommAccess
+#include "detail/platform/mpi_transport.hpp"      // a Comm's transport
+#include "detail/collective/fault_injection.hpp"  // FaultPhase
 
 namespace kvmap::Detail {
 
@@ -31,5 +35,11 @@ void redecide_gpu_aware_mpi();
 // from other ranks never arrives. For kvmap-perf's scale scenario: the per-call local work of
 // kvmap's real code paths at a number of ranks the machine does not have.
 Comm emulated_comm(int rank, int size);
+
+// The next fault_point(site, phase, rank) on that rank throws kvmap::Error (one shot).
+// site "allocate" with rank -1: the next allocation of DistView memory in this process.
+void arm_fault(const std::string& site, int rank, FaultPhase phase = FaultPhase::Plan);
+void disarm_faults();
+std::uint64_t faults_injected();
 
 }  // namespace kvmap::Detail

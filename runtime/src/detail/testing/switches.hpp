@@ -1,0 +1,46 @@
+#pragma once
+// The library's side of the test hooks: the switches the hooks turn (runtime/src/testing,
+// compiled only into the internal target kvmap_internals, never into libkvmap). The library
+// reads them; nothing in it writes them, so in an application they keep their defaults.
+#include "detail/detail.hpp"
+
+#include <atomic>
+#include <climits>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "kvmap/comm.hpp"
+
+namespace kvmap::Detail {
+
+class Transport;
+enum class FaultPhase;
+
+struct TestSwitches {
+  // The largest element count kvmap passes to one MPI call.
+  std::atomic<std::size_t> mpi_count_limit{static_cast<std::size_t>(INT_MAX)};
+  // Host memory staged through host buffers as device memory without GPU-aware MPI is.
+  std::atomic<bool> force_host_staging{false};
+  // Host memory given to MPI or staged as the GPU-aware decision says for device memory.
+  std::atomic<bool> host_follows_gpu_decision{false};
+
+  // One armed fault (detail/collective/fault_injection.hpp): `armed` is read without the lock.
+  std::atomic<bool> fault_armed{false};
+  std::atomic<std::uint64_t> faults_injected{0};
+  std::mutex fault_mutex;
+  std::string fault_site;
+  int fault_rank = -1;
+  FaultPhase fault_phase{};
+};
+
+TestSwitches& test_switches();
+
+// The GPU-aware decision made again (gpu_aware_mpi.cpp), after KVMAP_GPU_AWARE_MPI changed.
+void remake_gpu_aware_decision();
+// A Comm over a transport of kvmap's own, registered with a fresh id (comm.cpp).
+Comm comm_over(std::unique_ptr<Transport> transport);
+
+}  // namespace kvmap::Detail
