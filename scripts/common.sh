@@ -30,15 +30,13 @@ kvmap_prepare() {
   fi
   export KVMAP_KOKKOS_PREFIX
   if [ "$preset" = torch2 ] || [ "$preset" = cuda-compile ]; then
-    # The preset takes LibTorch from the venv (its torch's CMake package) and, torch2, its
-    # interpreter (for the bindings and the Python tests).
+    # The preset takes LibTorch from the venv (its torch's CMake package) and its interpreter
+    # (for the bindings: torch2 builds and tests them, cuda-compile compiles them for CUDA).
     local torch_python
     torch_python="$(sed -n 's/^torch2-python=//p' <<<"$deps")"
     KVMAP_TORCH_DIR="$("$torch_python" -c 'import os, torch.utils; print(os.path.join(torch.utils.cmake_prefix_path, "Torch"))')"
     export KVMAP_TORCH_DIR
-    if [ "$preset" = torch2 ]; then
-      export KVMAP_PYTHON="$torch_python"
-    fi
+    export KVMAP_PYTHON="$torch_python"
   fi
   if [ "$preset" = cuda-compile ]; then
     # The preset's compiler is this prefix's nvcc_wrapper.
