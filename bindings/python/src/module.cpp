@@ -177,17 +177,6 @@ class PythonCallError : public kvmap::Error {
   std::shared_ptr<State> state_;
 };
 
-// A Python error raised on this rank comes back with its type and traceback; anything else
-// goes through the exception translator.
-[[noreturn]] void rethrow_for_python(const std::exception_ptr& e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const PythonCallError& err) {
-    err.restore();
-    throw py::error_already_set();
-  }
-}
-
 kvmap::Randomness to_randomness(const std::string& r) {
   if (r == "error") return kvmap::Randomness::Error;
   if (r == "same") return kvmap::Randomness::Same;
@@ -199,11 +188,15 @@ kvmap::Randomness to_randomness(const std::string& r) {
 PyObject* error_type = nullptr;   // kvmap.Error
 PyObject* remote_type = nullptr;  // kvmap.RemoteError
 
-// kvmap's exceptions as Python's: a Python error raised on this rank as itself, RemoteError
-// with failed_ranks, ValueError, TypeError, kvmap.Error. Rethrows what it does not know.
-void translate(const std::exception_ptr& p) {
+// The one mapping of C++ exceptions to Python errors, for pybind11's exception translator
+// (kvmap's own exceptions) and for the slots pybind11 does not wrap (everything): a Python
+// error raised by func on this rank as itself (type, message, traceback), RemoteError with
+// failed_ranks, ValueError, TypeError, kvmap.Error; then pybind11's own, MemoryError and
+// RuntimeError. Returns false, setting nothing, for an exception that is not kvmap's when
+// `only_kvmap`.
+bool set_python_error(const std::exception_ptr& p, bool only_kvmap = false) {
   try {
-    if (p) std::rethrow_exception(p);
+    std::rethrow_exception(p);
   } catch (const PythonCallError& e) {
     e.restore();
   } catch (const kvmap::RemoteError& e) {
@@ -216,7 +209,23 @@ void translate(const std::exception_ptr& p) {
     PyErr_SetString(PyExc_TypeError, e.what());
   } catch (const kvmap::Error& e) {
     PyErr_SetString(error_type, e.what());
+  } catch (...) {
+    if (only_kvmap) return false;
+    try {
+      throw;
+    } catch (py::error_already_set& e) {
+      e.restore();
+    } catch (const py::builtin_exception& e) {
+      e.set_error();
+    } catch (const std::bad_alloc&) {
+      PyErr_NoMemory();
+    } catch (const std::exception& e) {
+      PyErr_SetString(PyExc_RuntimeError, e.what());
+    } catch (...) {
+      PyErr_SetString(PyExc_RuntimeError, "kvmap: unknown C++ exception");
+    }
   }
+  return true;
 }
 
 // What kvmap.vmap / kvmap.map_batches return: a callable holding f and its options, checked
@@ -326,7 +335,7 @@ py::tuple run_vmap(const PyMapped& m, PyObject* args, PyObject* kwargs) {
       failure = std::current_exception();
     }
   }
-  if (failure) rethrow_for_python(failure);
+  if (failure) std::rethrow_exception(failure);
   // vmap's outputs live on their inputs' communicator.
   py::tuple result(outputs.size());
   for (std::size_t k = 0; k < outputs.size(); ++k) {
@@ -335,19 +344,6 @@ py::tuple run_vmap(const PyMapped& m, PyObject* args, PyObject* kwargs) {
     result[k] = py::cast(std::move(out));
   }
   return result;
-}
-
-// The Python error for an exception caught in a slot pybind11 does not wrap.
-void set_python_error(const std::exception_ptr& p) {
-  try {
-    translate(p);
-  } catch (const std::bad_alloc&) {
-    PyErr_NoMemory();
-  } catch (const std::exception& e) {
-    PyErr_SetString(PyExc_RuntimeError, e.what());
-  } catch (...) {
-    PyErr_SetString(PyExc_RuntimeError, "kvmap: unknown C++ exception");
-  }
 }
 
 PyObject* mapped_call(PyObject* self, PyObject* args, PyObject* kwargs) {
@@ -368,10 +364,6 @@ PyObject* mapped_call(PyObject* self, PyObject* args, PyObject* kwargs) {
                            " (pass other arguments as keywords)");
     }
     return run_vmap(m, args, kwargs).release().ptr();
-  } catch (py::error_already_set& e) {
-    e.restore();
-  } catch (const py::builtin_exception& e) {
-    e.set_error();
   } catch (...) {
     set_python_error(std::current_exception());
   }
@@ -398,7 +390,9 @@ void bind_runtime(py::module_& m) {
   remote_type = remote.ptr();
   // pybind11's translator type takes the exception_ptr by value.
   // NOLINTNEXTLINE(performance-unnecessary-value-param)
-  py::register_exception_translator([](std::exception_ptr p) { translate(p); });
+  py::register_exception_translator([](std::exception_ptr p) {
+    if (p && !set_python_error(p, /*only_kvmap=*/true)) std::rethrow_exception(p);
+  });
 
   m.def("_initialize", [] {
     if (!kvmap::Detail::mpi_initialized())
