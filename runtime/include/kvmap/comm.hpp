@@ -15,7 +15,7 @@ namespace kvmap::Detail {
 struct CommAccess;  ///< kvmap's own access to the duplicate (runtime/src/detail/platform/comm.hpp)
 }  // namespace kvmap::Detail
 
-namespace kvmap KVMAP_EXPORT {
+namespace KVMAP_API kvmap {
 
 /// A copyable handle to kvmap's duplicate of an MPI communicator: what every collective of
 /// kvmap (DistView factories and redistribution, vmap's agreement, random, linalg) runs on.
@@ -61,4 +61,4 @@ class Comm {
   int size_ = 1;
 };
 
-}  // namespace KVMAP_EXPORT
+}  // namespace kvmap

@@ -27,7 +27,7 @@ namespace kvmap::Detail {
 struct DistViewAccess;  ///< kvmap's own access to a DistView's parts (not installed, not exported)
 }  // namespace kvmap::Detail
 
-namespace kvmap KVMAP_EXPORT {
+namespace KVMAP_API kvmap {
 
 namespace Impl {
 enum class ViewLayoutKind { Right, Left, Stride };
@@ -201,4 +201,4 @@ KVMAP_FOR_EACH_MEMORY_SPACE(KVMAP_EXTERN_DIST_VIEW)
 #undef KVMAP_EXTERN_DIST_VIEW
 /// \endcond
 
-}  // namespace KVMAP_EXPORT
+}  // namespace kvmap

@@ -9,7 +9,7 @@
 #include <type_traits>
 #include <utility>
 
-namespace kvmap KVMAP_EXPORT {
+namespace KVMAP_API kvmap {
 
 /// Storage type of DType::Float16 (Kokkos 3.4 has no host arithmetic type for it).
 struct float16_bits {
@@ -140,4 +140,4 @@ decltype(auto) visit(DType dtype, F&& f) {
   Impl::throw_invalid_dtype(dtype);
 }
 
-}  // namespace KVMAP_EXPORT
+}  // namespace kvmap

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-namespace kvmap KVMAP_EXPORT {
+namespace KVMAP_API kvmap {
 
 /// Base of everything kvmap throws.
 class Error : public std::runtime_error {
@@ -45,7 +45,7 @@ namespace Impl {
 [[noreturn]] void throw_type_error(const std::string& message);
 }  // namespace Impl
 
-}  // namespace KVMAP_EXPORT
+}  // namespace kvmap
 
 /// \def KVMAP_CHECK(cond, ExceptionType, message)
 /// Throws ExceptionType with the streamed `message` when `cond` is false:

@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-namespace kvmap KVMAP_EXPORT {
+namespace KVMAP_API kvmap {
 
 /// A global or local shape: one extent per dimension.
 using Shape = std::vector<std::int64_t>;
@@ -132,4 +132,4 @@ int normalize_axis(std::int64_t axis, int ndim, const char* what);
 std::int64_t checked_numel(const Shape& shape);
 }  // namespace Impl
 
-}  // namespace KVMAP_EXPORT
+}  // namespace kvmap

@@ -6,7 +6,7 @@
 #include "kvmap/config.hpp"
 #include "kvmap/dist_view.hpp"
 
-namespace kvmap KVMAP_EXPORT {
+namespace KVMAP_API kvmap {
 namespace linalg {
 
 /// Global sum of x .* y. Each rank's partial sum is added exactly (in fixed point, in the
@@ -26,4 +26,4 @@ template <class MemorySpace>
 void axpby(double a, const DistView<MemorySpace>& x, double b, DistView<MemorySpace>& y);
 
 }  // namespace linalg
-}  // namespace KVMAP_EXPORT
+}  // namespace kvmap

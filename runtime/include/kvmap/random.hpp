@@ -12,7 +12,7 @@
 #include "kvmap/comm.hpp"
 #include "kvmap/dist_view.hpp"
 
-namespace kvmap KVMAP_EXPORT {
+namespace KVMAP_API kvmap {
 
 /// Collective: sets the seed of kvmap's random streams on every rank of comm (the seed must
 /// be the same on every rank) and restarts the stream counter.
@@ -37,4 +37,4 @@ DistView<MemorySpace> normal(Shape gshape, DType dtype, std::optional<int> split
 
 }  // namespace random
 
-}  // namespace KVMAP_EXPORT
+}  // namespace kvmap

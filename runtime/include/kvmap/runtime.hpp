@@ -3,7 +3,7 @@
 /// \file
 /// ScopeGuard: initializes MPI and Kokkos unless already initialized, and finalizes only
 /// what it started.
-namespace kvmap KVMAP_EXPORT {
+namespace KVMAP_API kvmap {
 
 /// `kvmap::ScopeGuard guard(argc, argv);` at the top of main(): MPI (at least
 /// MPI_THREAD_FUNNELED) and Kokkos (on the GPU this rank maps to, unless the user chose one)
@@ -28,4 +28,4 @@ class ScopeGuard {
   bool started_kokkos_ = false;
 };
 
-}  // namespace KVMAP_EXPORT
+}  // namespace kvmap

@@ -4,7 +4,7 @@
 #include "kvmap/config.hpp"
 #include <cstdint>
 
-namespace kvmap KVMAP_EXPORT {
+namespace KVMAP_API kvmap {
 
 /// What the runtime did on this rank: the counters of kvmap::stats().
 struct Stats {
@@ -27,4 +27,4 @@ Stats stats();
 /// Zeroes the counters (bytes_live and gpu_aware_mpi are kept).
 void reset_stats();
 
-}  // namespace KVMAP_EXPORT
+}  // namespace kvmap

@@ -13,7 +13,7 @@
 #include "kvmap/impl/local_block.hpp"
 #include "kvmap/impl/view_block.hpp"
 
-namespace kvmap KVMAP_EXPORT {
+namespace KVMAP_API kvmap {
 
 /// The torch ScalarType of a DType.
 at::ScalarType to_torch(DType dtype);
@@ -33,4 +33,4 @@ at::Tensor to_tensor(const View& view) {
                                  Impl::device_of<typename View::memory_space>());
 }
 
-}  // namespace KVMAP_EXPORT
+}  // namespace kvmap

@@ -32,7 +32,7 @@
 #include <utility>
 #include <vector>
 
-namespace kvmap KVMAP_EXPORT {
+namespace KVMAP_API kvmap {
 
 /// The bound check_close applies: a rounding count and, for the component-wise form, the
 /// terms' magnitudes.
@@ -79,4 +79,4 @@ double unit_roundoff(at::ScalarType type);
 Closeness check_close(const at::Tensor& actual, const at::Tensor& reference,
                       const ErrorBound& bound = {});
 
-}  // namespace KVMAP_EXPORT
+}  // namespace kvmap

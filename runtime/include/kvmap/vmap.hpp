@@ -22,7 +22,7 @@
 #include "kvmap/impl/vmap_core.hpp"
 #include "kvmap/tensor_bridge.hpp"
 
-namespace kvmap KVMAP_EXPORT {
+namespace KVMAP_API kvmap {
 
 /// How torch's own random functions behave inside f under kvmap::vmap (torch.vmap's
 /// `randomness`): Error raises, Different draws per sample, Same draws once for all samples.
@@ -241,4 +241,4 @@ Vmapped<F> map_batches(F f, VmapOptions options = {}) {
   return Vmapped<F>(std::move(f), std::move(options), Impl::Mapping::Batches);
 }
 
-}  // namespace KVMAP_EXPORT
+}  // namespace kvmap

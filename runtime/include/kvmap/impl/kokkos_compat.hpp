@@ -14,7 +14,7 @@
 #include <optional>
 #include <type_traits>
 
-namespace kvmap KVMAP_EXPORT {
+namespace KVMAP_API kvmap {
 namespace Impl {
 
 // Torch's device kinds kvmap maps to (ROCm devices are "CUDA" to torch).
@@ -136,7 +136,7 @@ class ScopedRegion {
 };
 
 }  // namespace Impl
-}  // namespace KVMAP_EXPORT
+}  // namespace kvmap
 
 // X-macro over the memory spaces kvmap instantiates its templates for.
 #if defined(KOKKOS_ENABLE_CUDA)

@@ -6,7 +6,7 @@
 #include <memory>
 #include <vector>
 
-namespace kvmap KVMAP_EXPORT {
+namespace KVMAP_API kvmap {
 namespace Impl {
 
 inline constexpr int kMaxRank = 8;
@@ -19,4 +19,4 @@ struct LocalBlock {
 };
 
 }  // namespace Impl
-}  // namespace KVMAP_EXPORT
+}  // namespace kvmap

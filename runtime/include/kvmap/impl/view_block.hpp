@@ -8,7 +8,7 @@
 #include "kvmap/config.hpp"
 #include "kvmap/impl/local_block.hpp"
 
-namespace kvmap KVMAP_EXPORT {
+namespace KVMAP_API kvmap {
 namespace Impl {
 
 template <class View>
@@ -29,4 +29,4 @@ LocalBlock block_from_view(const View& view) {
 }
 
 }  // namespace Impl
-}  // namespace KVMAP_EXPORT
+}  // namespace kvmap

@@ -11,7 +11,7 @@
 #include "kvmap/dist_view.hpp"
 #include "kvmap/impl/kokkos_compat.hpp"
 
-namespace kvmap KVMAP_EXPORT {
+namespace KVMAP_API kvmap {
 
 class VmapOptions;
 
@@ -64,4 +64,4 @@ KVMAP_FOR_EACH_MEMORY_SPACE(KVMAP_EXTERN_VMAP_CORE)
 #undef KVMAP_EXTERN_VMAP_CORE
 
 }  // namespace Impl
-}  // namespace KVMAP_EXPORT
+}  // namespace kvmap
