@@ -1,6 +1,7 @@
 #include "detail/platform/device_map.hpp"
 
 #include <Kokkos_Core.hpp>
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -148,6 +149,22 @@ void initialize_kokkos(int& argc, char**& argv) {
     std::lock_guard<std::mutex> lock(g_choice_mutex);
     g_choice = choice;
   }
+}
+
+int node_ranks() {
+  {
+    std::lock_guard<std::mutex> lock(g_choice_mutex);
+    if (g_choice.made_by_kvmap_init && kHasGpuBackend) return std::max(1, g_choice.node.size);
+  }
+  for (const char* name :
+       {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"}) {
+    const char* value = std::getenv(name);
+    if (value == nullptr) continue;
+    char* end = nullptr;
+    const long n = std::strtol(value, &end, 10);
+    if (end != value && n >= 1) return static_cast<int>(std::min<long>(n, 1 << 20));
+  }
+  return 1;
 }
 
 std::string device_report() {

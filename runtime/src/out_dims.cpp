@@ -6,15 +6,24 @@
 
 namespace kvmap::Detail {
 
-std::int64_t normalize_out_dim(const std::vector<std::int64_t>& dims, bool per_output,
-                               std::size_t k, std::size_t nout, std::int64_t per_sample_ndim) {
-  KVMAP_CHECK(!dims.empty(), ValueError, "kvmap::vmap: out_dims is empty");
-  KVMAP_CHECK((dims.size() == 1 && !per_output) || dims.size() == nout, ValueError,
+bool out_dims_fit(const std::vector<std::int64_t>& dims, bool per_output, std::size_t nout) {
+  return dims.size() == nout || (dims.size() == 1 && !per_output);
+}
+
+void check_out_dims_count(const std::vector<std::int64_t>& dims, bool per_output,
+                          std::size_t nout) {
+  KVMAP_CHECK(out_dims_fit(dims, per_output, nout), ValueError,
               "kvmap::vmap: out_dims " << to_string(dims) << " has " << dims.size()
                                        << " entries but the function returned " << nout
                                        << (per_output ? " outputs (give one per output)"
                                                       : " outputs (give one per output, or a "
                                                         "single one)"));
+}
+
+std::int64_t normalize_out_dim(const std::vector<std::int64_t>& dims, bool per_output,
+                               std::size_t k, std::size_t nout, std::int64_t per_sample_ndim) {
+  KVMAP_CHECK(!dims.empty(), ValueError, "kvmap::vmap: out_dims is empty");
+  check_out_dims_count(dims, per_output, nout);
   KVMAP_CHECK(k < nout, ValueError, "kvmap::vmap: output " << k << " of " << nout);
   KVMAP_CHECK(per_sample_ndim >= 0 && per_sample_ndim < kMaxRank, ValueError,
               "kvmap::vmap: output " << k << " has " << per_sample_ndim

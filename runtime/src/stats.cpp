@@ -17,6 +17,9 @@ struct Counters {
   std::atomic<std::int64_t> bytes_live{0};
   std::atomic<std::int64_t> allocations_live{0};  // zero-byte blocks included
   std::atomic<std::uint64_t> plans_built{0};
+  std::atomic<std::uint64_t> chunk_retries{0};
+  std::atomic<std::int64_t> auto_chunk_size{0};
+  std::atomic<std::int64_t> auto_bytes_per_sample{0};
 };
 Counters& counters() {
   static Counters c;
@@ -35,6 +38,9 @@ Stats stats() {
   s.bytes_allocated = c.bytes_allocated.load();
   s.bytes_live = c.bytes_live.load();
   s.plans_built = c.plans_built.load();
+  s.chunk_retries = c.chunk_retries.load();
+  s.auto_chunk_size = c.auto_chunk_size.load();
+  s.auto_bytes_per_sample = c.auto_bytes_per_sample.load();
   s.gpu_aware_mpi = Detail::gpu_aware_mpi_if_decided();
   return s;
 }
@@ -48,6 +54,9 @@ void reset_stats() {
   c.bytes_received = 0;
   c.bytes_allocated = 0;
   c.plans_built = 0;
+  c.chunk_retries = 0;
+  c.auto_chunk_size = 0;
+  c.auto_bytes_per_sample = 0;
 }
 
 namespace Detail {
@@ -68,6 +77,13 @@ void count_received(std::uint64_t n) {
 }
 void count_plan_built() {
   ++counters().plans_built;
+}
+void count_chunk_retry() {
+  ++counters().chunk_retries;
+}
+void record_auto_chunk(std::int64_t chunk_size, std::int64_t bytes_per_sample) {
+  counters().auto_chunk_size = chunk_size;
+  counters().auto_bytes_per_sample = bytes_per_sample;
 }
 void count_allocation(std::uint64_t n) {
   counters().bytes_allocated += n;

@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 #include <ATen/functorch/BatchedTensorImpl.h>
 #include <ATen/functorch/DynamicLayer.h>
+#include <c10/core/Allocator.h>
+#include <c10/util/ThreadLocalDebugInfo.h>
 #include <torch/version.h>
 
 #include "kvmap/error.hpp"
@@ -82,5 +84,34 @@ bool concurrent_vmap_supported() {
 at::Tensor make_batched(const at::Tensor& physical, std::int64_t level) {
   return functorch::addBatchDim(physical, 0, level);
 }
+
+namespace {
+class Reporter final : public c10::MemoryReportingInfoBase {
+ public:
+  explicit Reporter(std::function<void(std::int64_t)> on_change)
+      : on_change_(std::move(on_change)) {}
+  bool memoryProfilingEnabled() const override { return true; }
+#if TORCH_VERSION_MAJOR >= 2
+  void reportMemoryUsage(void* /*ptr*/, int64_t alloc_size, size_t /*total_allocated*/,
+                         size_t /*total_reserved*/, c10::Device /*device*/) override {
+    on_change_(alloc_size);
+  }
+#else
+  void reportMemoryUsage(void* /*ptr*/, int64_t alloc_size, int64_t /*total_allocated*/,
+                         int64_t /*total_reserved*/, c10::Device /*device*/) override {
+    on_change_(alloc_size);
+  }
+#endif
+
+ private:
+  std::function<void(std::int64_t)> on_change_;
+};
+}  // namespace
+
+MemoryReporting::MemoryReporting(std::function<void(std::int64_t)> on_change)
+    : installed_(std::make_shared<c10::DebugInfoGuard>(
+          c10::DebugInfoKind::PROFILER_STATE, std::make_shared<Reporter>(std::move(on_change)))) {}
+
+MemoryReporting::~MemoryReporting() = default;
 
 }  // namespace kvmap::Detail::torch_compat

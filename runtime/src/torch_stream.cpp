@@ -52,6 +52,20 @@ TorchStreamScope::TorchStreamScope(const DeviceSpec& device) {
 
 TorchStreamScope::~TorchStreamScope() = default;
 
+std::optional<std::int64_t> device_free_bytes(const DeviceSpec& device) {
+#if defined(KVMAP_TORCH_CUDA) && !defined(USE_ROCM)
+  if (device.kind == DeviceKind::CUDA) {
+    const c10::cuda::CUDAGuard on(static_cast<c10::DeviceIndex>(device.index));
+    std::size_t free_bytes = 0, total_bytes = 0;
+    if (cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess)
+      return static_cast<std::int64_t>(free_bytes);
+  }
+#else
+  (void)device;
+#endif
+  return std::nullopt;
+}
+
 void TorchStreamScope::finish() {
   if (!state_ || !state_->synchronize_on_exit) return;
   const c10::Device d = state_->device_guard.current_device();

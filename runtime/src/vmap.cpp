@@ -32,6 +32,7 @@
 #include "detail/platform/allocation.hpp"
 #include "detail/platform/tensor_bridge.hpp"
 #include "detail/layout/hash.hpp"
+#include "detail/vmap/vmap_memory.hpp"
 
 namespace kvmap {
 
@@ -68,6 +69,25 @@ VmapOptions& VmapOptions::chunk_size(std::optional<std::int64_t> c) {
   KVMAP_CHECK(!c || *c >= 1, ValueError,
               "kvmap::VmapOptions::chunk_size: expected a chunk size >= 1 or none, got " << *c);
   chunk_size_ = c;
+  auto_chunk_ = false;
+  return *this;
+}
+
+VmapOptions& VmapOptions::chunk_size(AutoChunk) {
+  chunk_size_.reset();
+  auto_chunk_ = true;
+  return *this;
+}
+
+VmapOptions& VmapOptions::memory_budget(std::optional<std::int64_t> bytes) {
+  KVMAP_CHECK(!bytes || *bytes >= 1, ValueError,
+              "kvmap::VmapOptions::memory_budget: expected bytes >= 1 or none, got " << *bytes);
+  memory_budget_ = bytes;
+  return *this;
+}
+
+VmapOptions& VmapOptions::pad_to_chunk(bool pad) {
+  pad_to_chunk_ = pad;
   return *this;
 }
 
@@ -182,19 +202,22 @@ class ChunkRunner {
   // Runs f on samples [start, start + len) and returns each output with its batch moved to
   // its normalized out_dim. Chunk 0 fills `metas` (passed empty); later chunks check
   // their outputs against it.
-  std::vector<at::Tensor> run_first(std::int64_t len, std::vector<OutputMeta>& metas) const {
-    return run_checked(0, len, &metas, metas);
+  // `padded` >= len: the rows f sees (map_batches with pad_to_chunk), the last real row
+  // repeated; only the real rows' outputs are returned.
+  std::vector<at::Tensor> run_first(std::int64_t len, std::int64_t padded,
+                                    std::vector<OutputMeta>& metas) const {
+    return run_checked(0, len, padded, &metas, metas);
   }
-  std::vector<at::Tensor> run_next(std::int64_t start, std::int64_t len,
+  std::vector<at::Tensor> run_next(std::int64_t start, std::int64_t len, std::int64_t padded,
                                    const std::vector<OutputMeta>& expected) const {
-    return run_checked(start, len, nullptr, expected);
+    return run_checked(start, len, padded, nullptr, expected);
   }
 
  private:
-  std::vector<at::Tensor> run_checked(std::int64_t start, std::int64_t len,
+  std::vector<at::Tensor> run_checked(std::int64_t start, std::int64_t len, std::int64_t padded,
                                       std::vector<OutputMeta>* record,
                                       const std::vector<OutputMeta>& metas) const {
-    std::vector<at::Tensor> inputs = chunk_inputs(start, len);
+    std::vector<at::Tensor> inputs = chunk_inputs(start, len, padded);
     // vmap: f sees one sample, through functorch's batching at a new level; map_batches: f
     // sees the chunk's plain tensors.
     std::unique_lock<std::recursive_mutex> lock;
@@ -203,7 +226,7 @@ class ChunkRunner {
     generator_.before_chunk();
     if (c_.per_sample()) level.emplace(len, to_compat(c_.options.randomness()));
     batch(inputs, level);
-    std::vector<at::Tensor> results = call_f(inputs, level, start, len);
+    std::vector<at::Tensor> results = call_f(inputs, level, start, len, padded);
     const bool first = record != nullptr;
     KVMAP_CHECK(first || results.size() == metas.size(), ValueError,
                 c_.who() << ": the function returned " << results.size() << " outputs on samples ["
@@ -211,7 +234,7 @@ class ChunkRunner {
                          << " on the first chunk");
     if (first) record->reserve(results.size());
     for (std::size_t k = 0; k < results.size(); ++k) {
-      const OutputMeta m = output_meta(results[k], k, results.size(), start, len);
+      const OutputMeta m = output_meta(results[k], k, results.size(), start, padded);
       if (first) {
         record->push_back(m);
       } else {
@@ -221,18 +244,28 @@ class ChunkRunner {
                              << " on the first chunk");
       }
       to_physical(results[k], m, level);
+      if (padded > len) results[k] = results[k].narrow(m.out_dim, 0, len);
     }
     return results;
   }
 
-  // Mapped arrays: this chunk's samples; replicated ones: the whole shard.
-  std::vector<at::Tensor> chunk_inputs(std::int64_t start, std::int64_t len) const {
+  // Mapped arrays: this chunk's samples, padded to `padded` rows with copies of the last
+  // (a new tensor, counted in bytes_copied); replicated ones: the whole shard.
+  std::vector<at::Tensor> chunk_inputs(std::int64_t start, std::int64_t len,
+                                       std::int64_t padded) const {
     std::vector<at::Tensor> inputs;
     inputs.reserve(c_.arrays.size());
     for (std::size_t k = 0; k < c_.arrays.size(); ++k) {
       const std::optional<int> split = c_.arrays[k].layout.split();
       const bool whole = !split || (start == 0 && len == locals_[k].size(*split));
-      inputs.push_back(whole ? locals_[k] : locals_[k].narrow(*split, start, len));
+      at::Tensor piece = whole ? locals_[k] : locals_[k].narrow(*split, start, len);
+      if (split && padded > len && len > 0) {
+        std::vector<std::int64_t> fill(piece.sizes().begin(), piece.sizes().end());
+        fill[static_cast<std::size_t>(*split)] = padded - len;
+        piece = at::cat({piece, piece.narrow(*split, len - 1, 1).expand(fill)}, *split);
+        count_bytes_copied(static_cast<std::uint64_t>(piece.numel()) * piece.element_size());
+      }
+      inputs.push_back(std::move(piece));
     }
     return inputs;
   }
@@ -252,11 +285,12 @@ class ChunkRunner {
 
   std::vector<at::Tensor> call_f(const std::vector<at::Tensor>& batched,
                                  const std::optional<torch_compat::VmapLevel>& level,
-                                 std::int64_t start, std::int64_t len) const {
+                                 std::int64_t start, std::int64_t len, std::int64_t padded) const {
     SampleContext context;
     context.level = level ? level->level() : SampleContext::kPlain;
     context.global_offset = global_offset_ + start;
-    context.batch = len;
+    context.batch = padded;
+    context.rows = len;
     context.key = sample_key_;
     context.device = c_.device;
     SampleContextGuard guard(&context);
@@ -292,8 +326,13 @@ class ChunkRunner {
     std::memset(&m, 0, sizeof m);
     m.ndim = static_cast<std::int32_t>(ndim);
     m.dtype = static_cast<std::int32_t>(from_torch(r.scalar_type()));
-    m.out_dim = static_cast<std::int32_t>(
-        normalize_out_dim(c_.options.out_dims(), c_.options.out_dims_per_output(), k, nout, ndim));
+    // out_dims that do not fit the number of outputs are every rank's ValueError after the
+    // agreement (check_out_dims_count in run_core), also where f did not run.
+    const std::vector<std::int64_t>& dims = c_.options.out_dims();
+    const bool per_output = c_.options.out_dims_per_output();
+    m.out_dim = out_dims_fit(dims, per_output, nout)
+                    ? static_cast<std::int32_t>(normalize_out_dim(dims, per_output, k, nout, ndim))
+                    : 0;
     for (std::int64_t d = 0; d < ndim; ++d) m.shape[d] = r.size(d + skip);
     const DeviceSpec have = device_spec_of(r);
     if (have.kind != c_.device.kind ||
@@ -397,20 +436,134 @@ void for_each_later_chunk(std::int64_t nchunks, int in_flight, const std::atomic
   }
 }
 
+// How one rank's samples are cut: chunk 0 of `first` samples (it fixes the outputs' metadata
+// and, for chunk_size(auto_chunk), is the probe), then chunks of `rest`. With pad_to_chunk
+// f sees `first_rows` and `rest_rows` rows, else as many as are real.
+struct ChunkPlan {
+  std::int64_t first = 0;
+  std::int64_t rest = 0;
+  bool pad = false;
+  std::int64_t first_rows = 0;
+  std::int64_t rest_rows = 0;
+  std::int64_t rows(std::int64_t len, std::int64_t padded) const {
+    return pad && len > 0 ? padded : len;
+  }
+};
+
+// Samples in the probe chunk of chunk_size(auto_chunk).
+constexpr std::int64_t kProbeSamples = 16;
+
+ChunkPlan initial_plan(const VmapOptions& o, std::int64_t n_local) {
+  ChunkPlan p;
+  p.pad = o.pad_to_chunk();
+  if (o.auto_chunk_size()) {
+    p.first = std::min(kProbeSamples, n_local);
+    p.first_rows = p.first;
+  } else {
+    p.first = std::min(o.chunk_size().value_or(n_local), n_local);
+    p.first_rows = o.chunk_size().value_or(n_local);
+  }
+  p.rest = p.first;
+  p.rest_rows = p.first_rows;
+  return p;
+}
+
+// A padded chunk cannot shrink: the program f runs was made for its shape.
+[[noreturn]] void padded_out_of_memory(const VmapCall& c, std::int64_t rows,
+                                       const std::exception_ptr& e) {
+  std::string what;
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& err) {
+    what = err.what();
+  } catch (...) {
+    what = "unknown exception";
+  }
+  throw OutOfMemoryError(std::string(c.who()) + ": a chunk padded to " + std::to_string(rows) +
+                         " rows ran out of memory (" + what +
+                         "); pad_to_chunk keeps every chunk at that shape, so kvmap cannot run it "
+                         "in halves: use a smaller chunk_size (e.g. " +
+                         std::to_string(std::max<std::int64_t>(1, rows / 2)) +
+                         ") for a program made for it");
+}
+
+// Whether a chunk of `len` samples that threw `e` runs again as two halves; otherwise
+// rethrows (an error that is not out of memory, one sample, or a padded chunk).
+void halve_or_rethrow(const VmapCall& c, const ChunkPlan& plan, std::int64_t len,
+                      std::int64_t padded_rows, const std::exception_ptr& e) {
+  if (!out_of_memory(e) || len <= 1) std::rethrow_exception(e);
+  if (plan.pad) padded_out_of_memory(c, padded_rows, e);
+  count_chunk_retry();
+}
+
+// Chunk 0: run, and on out of memory run again on its first half until it fits. `plan.first`
+// ends as the samples it ran; with `peak`, what f allocated at most (MemoryProbe).
+std::vector<at::Tensor> run_first_chunk(const VmapCall& c, const ChunkRunner& runner,
+                                        ChunkPlan& plan, std::vector<OutputMeta>& metas,
+                                        std::int64_t* peak) {
+  ScopedRegion region("kvmap::vmap/chunk");
+  for (;;) {
+    std::exception_ptr failure;
+    try {
+      std::optional<MemoryProbe> probe;
+      if (peak) probe.emplace();
+      std::vector<at::Tensor> first =
+          runner.run_first(plan.first, plan.rows(plan.first, plan.first_rows), metas);
+      if (peak) *peak = probe->peak_bytes();
+      return first;
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    halve_or_rethrow(c, plan, plan.first, plan.first_rows, failure);
+    failure = nullptr;  // released (a Python traceback holds the chunk's tensors) before rerunning
+    metas.clear();
+    plan.first /= 2;
+    plan.first_rows = plan.first;
+  }
+}
+
+// The budget of chunk_size(auto_chunk): the user's, or read now.
+std::int64_t memory_budget_now(const VmapCall& c) {
+  if (c.options.memory_budget()) return *c.options.memory_budget();
+  const std::optional<std::int64_t> budget = default_memory_budget(c.device);
+  KVMAP_CHECK(budget, ValueError,
+              c.who() << ": chunk_size=auto cannot read the free memory of "
+                      << torch_device(c.device) << " in this build; give memory_budget");
+  return *budget;
+}
+
+// After the probe: the chunk size that fits the budget, given what the probe measured.
+void choose_chunk(ChunkPlan& plan, const std::vector<OutputMeta>& metas, std::int64_t n_local,
+                  std::int64_t budget, std::int64_t peak) {
+  const std::int64_t per_sample = plan.first > 0 ? (peak + plan.first - 1) / plan.first : 0;
+  std::int64_t output_bytes = 0;
+  for (const OutputMeta& m : metas) {
+    std::int64_t per = static_cast<std::int64_t>(size_of(static_cast<DType>(m.dtype)));
+    for (std::int32_t d = 0; d < m.ndim; ++d) per *= m.shape[d];
+    output_bytes += per * n_local;
+  }
+  plan.rest = chunk_for_budget(budget, per_sample, output_bytes, n_local);
+  plan.rest_rows = plan.rest;
+  record_auto_chunk(plan.rest, per_sample);
+}
+
 LocalRun run_local(const VmapCall& c, std::int64_t n_local, const ChunkRunner& runner) {
   LocalRun out;
+  const VmapOptions& o = c.options;
   // An empty batch (every rank empty): f runs once, on 0 samples.
-  const std::int64_t cs = std::min(c.options.chunk_size().value_or(n_local), n_local);
-  const std::int64_t nchunks = n_local == 0 ? 1 : (n_local + cs - 1) / cs;
-  out.chunks = nchunks;
-
-  // Chunk 0 alone fixes the outputs' shapes and dtypes.
-  std::vector<at::Tensor> first;
-  {
-    ScopedRegion region("kvmap::vmap/chunk");
-    first = runner.run_first(cs, out.metas);
+  ChunkPlan plan = initial_plan(o, n_local);
+  const bool automatic = o.auto_chunk_size();
+  const std::int64_t budget = automatic ? memory_budget_now(c) : 0;
+  std::int64_t peak = 0;
+  std::vector<at::Tensor> first =
+      run_first_chunk(c, runner, plan, out.metas, automatic ? &peak : nullptr);
+  if (automatic) {
+    choose_chunk(plan, out.metas, n_local, budget, peak);
+  } else if (plan.first < plan.rest) {
+    plan.rest = plan.rest_rows = plan.first;  // what fit chunk 0 is the chunk size from now on
   }
-  if (nchunks == 1) {
+  out.chunks = 1;
+  if (plan.first == n_local) {
     adopt_unaliased(first, c);
     out.outputs = std::move(first);
     return out;
@@ -434,25 +587,41 @@ LocalRun run_local(const VmapCall& c, std::int64_t n_local, const ChunkRunner& r
   write(0, first);
   first.clear();
 
+  const std::int64_t nchunks = 1 + (n_local - plan.first + plan.rest - 1) / plan.rest;
+  out.chunks = nchunks;
+  const std::vector<OutputMeta>& expected = out.metas;
+  // Samples [start, start + len), in halves while f runs out of memory.
+  auto run_fitting = [&](auto& self, std::int64_t start, std::int64_t len) -> void {
+    std::exception_ptr failure;
+    try {
+      write(start, runner.run_next(start, len, plan.rows(len, plan.rest_rows), expected));
+      return;
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    halve_or_rethrow(c, plan, len, plan.rest_rows, failure);
+    failure = nullptr;
+    self(self, start, len / 2);
+    self(self, start + len / 2, len - len / 2);
+  };
   // The error of the lowest failing chunk is rethrown once the policy has completed.
   std::mutex error_mutex;
   std::int64_t failed_chunk = nchunks;
   std::exception_ptr error;
-  const std::vector<OutputMeta>& expected = out.metas;
   // After a failure no further chunk starts (only those already in flight finish).
   std::atomic<bool> failed{false};
-  auto body = [&](const std::int64_t c) {
+  auto body = [&](const std::int64_t chunk) {
     if (failed.load()) return;
     try {
-      const std::int64_t start = c * cs, len = std::min(cs, n_local - start);
-      write(start, runner.run_next(start, len, expected));
+      const std::int64_t start = plan.first + (chunk - 1) * plan.rest;
+      run_fitting(run_fitting, start, std::min(plan.rest, n_local - start));
     } catch (...) {
       failed.store(true);
       // A replaced error is released after the lock (its destructor may wait for the GIL).
       std::exception_ptr mine = std::current_exception();
       std::lock_guard<std::mutex> lock(error_mutex);
-      if (c < failed_chunk) {
-        failed_chunk = c;
+      if (chunk < failed_chunk) {
+        failed_chunk = chunk;
         std::swap(error, mine);
       }
     }
@@ -491,6 +660,13 @@ Plan plan_call(Signature& sig, const VmapCall& c, const StreamState& stream) {
                                                 << " applies to kvmap::vmap only; inside "
                                                    "map_batches use kvmap::sample_uniform/"
                                                    "sample_normal for per-sample random values");
+  KVMAP_CHECK(!options.pad_to_chunk() || !c.per_sample(), ValueError,
+              "kvmap::vmap: pad_to_chunk applies to kvmap::map_batches only (under vmap f sees "
+              "one sample whatever the chunk)");
+  KVMAP_CHECK(!options.pad_to_chunk() || options.chunk_size() || options.auto_chunk_size(),
+              ValueError,
+              c.who() << ": pad_to_chunk needs a chunk size (chunk_size(n) or "
+                         "chunk_size(kvmap::auto_chunk)) to pad to");
   describe_options(sig, options, stream);
   if (options.randomness() == Randomness::Same) {
     sig.arg("generator_state_bytes", GeneratorScope::state_bytes(c.device));
@@ -613,6 +789,9 @@ CoreResult run_core(const VmapCall& c) {
     const bool ran = plan->runs_f(lead, me);
     // Outputs that differ between ranks are seen alike by every rank: all throw.
     if (!agreed.outputs.same()) raise_different_outputs(comm, ran, here.run.metas, c.who());
+    // The number of outputs is agreed: out_dims that do not fit it fail alike everywhere.
+    check_out_dims_count(c.options.out_dims(), c.options.out_dims_per_output(),
+                         agreed_output_count(agreed));
     return once.execute([&] {
       const std::vector<OutputMeta> metas = agreed_outputs(comm, agreed, lead, ran, here.run.metas);
       return assemble(here, metas, lead, ran, me, c.allocate);

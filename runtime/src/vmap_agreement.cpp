@@ -48,6 +48,11 @@ void encode(const std::vector<OutputMeta>& metas, VmapAgreement& a) {
   a.held.words[0] = word0;
 }
 
+std::size_t agreed_output_count(const VmapAgreement& a) {
+  const std::uint64_t counted = a.held.words[0] & 0xffff;  // outputs + 1 where f ran
+  return counted == 0 ? 0 : static_cast<std::size_t>(counted - 1);
+}
+
 // The outputs' metadata from the reduced words; nullopt when it did not fit.
 std::optional<std::vector<OutputMeta>> decode(const VmapAgreement& a) {
   const std::uint64_t word0 = a.held.words[0];

@@ -134,6 +134,10 @@ GeneratorScope::~GeneratorScope() {
 
 }  // namespace Detail
 
+std::int64_t chunk_rows() {
+  return Detail::t_context != nullptr ? Detail::t_context->rows : 0;
+}
+
 at::Tensor sample_uniform(at::IntArrayRef shape, at::ScalarType dtype) {
   return Detail::sample(shape, dtype, Detail::SampleKind::Uniform, "sample_uniform");
 }

@@ -2,6 +2,7 @@
 // memory, and the GPU's in a CUDA or HIP build), the vmap scheduler with a Python callable,
 // and the factories and redistributions Heat users know.
 #include <torch/csrc/DynamicTypes.h>
+#include <torch/csrc/Exceptions.h>
 #include <torch/csrc/utils/pybind.h>
 #include <torch/python.h>
 
@@ -140,11 +141,13 @@ kvmap::DType dtype_of(const py::object& dtype, kvmap::DType fallback) {
 // has agreed on the failure; then restored as the very same Python exception. The references
 // are dropped (under the GIL, from any thread) with the last copy of the C++ exception, so an
 // exception that is not restored (a later chunk's, a remote rank's) keeps no traceback or
-// frames alive.
-class PythonCallError : public kvmap::Error {
+// frames alive. Base: kvmap::Error, or kvmap::OutOfMemoryError for Python's MemoryError and
+// torch.OutOfMemoryError (the scheduler then runs the chunk again in halves).
+template <class Base>
+class PythonError : public Base {
  public:
-  PythonCallError(const std::string& what, PyObject* t, PyObject* v, PyObject* tb)
-      : kvmap::Error(what), state_(std::make_shared<State>(t, v, tb)) {}
+  PythonError(const std::string& what, PyObject* t, PyObject* v, PyObject* tb)
+      : Base(what), state_(std::make_shared<State>(t, v, tb)) {}
   // Sets the Python error indicator to this exception (new references).
   void restore() const {
     Py_XINCREF(state_->type);
@@ -176,6 +179,18 @@ class PythonCallError : public kvmap::Error {
   };
   std::shared_ptr<State> state_;
 };
+using PythonCallError = PythonError<kvmap::Error>;
+using PythonOutOfMemory = PythonError<kvmap::OutOfMemoryError>;
+
+// The fetched Python error (new references, taken over) as the C++ exception that carries it.
+[[noreturn]] void throw_python_error(const std::string& what, PyObject* t, PyObject* v,
+                                     PyObject* tb) {
+  if (PyErr_GivenExceptionMatches(t, PyExc_MemoryError) ||
+      PyErr_GivenExceptionMatches(t, THPException_OutOfMemoryError)) {
+    throw PythonOutOfMemory(what, t, v, tb);
+  }
+  throw PythonCallError(what, t, v, tb);
+}
 
 kvmap::Randomness to_randomness(const std::string& r) {
   if (r == "error") return kvmap::Randomness::Error;
@@ -198,6 +213,8 @@ bool set_python_error(const std::exception_ptr& p, bool only_kvmap = false) {
   try {
     std::rethrow_exception(p);
   } catch (const PythonCallError& e) {
+    e.restore();
+  } catch (const PythonOutOfMemory& e) {
     e.restore();
   } catch (const kvmap::RemoteError& e) {
     py::object exc = py::handle(remote_type)(e.what());
@@ -307,12 +324,12 @@ py::tuple run_vmap(const PyMapped& m, PyObject* args, PyObject* kwargs) {
       e.restore();
       PyObject *t, *v, *tb;
       PyErr_Fetch(&t, &v, &tb);
-      throw PythonCallError(what, t, v, tb);
+      throw_python_error(what, t, v, tb);
     } catch (const py::builtin_exception& e) {
       e.set_error();
       PyObject *t, *v, *tb;
       PyErr_Fetch(&t, &v, &tb);
-      throw PythonCallError(e.what(), t, v, tb);
+      throw_python_error(e.what(), t, v, tb);
     }
   };
   std::vector<AnyView> outputs;
@@ -436,6 +453,9 @@ void bind_runtime(py::module_& m) {
     d["collectives"] = s.collectives;
     d["bytes_received"] = s.bytes_received;
     d["plans_built"] = s.plans_built;
+    d["chunk_retries"] = s.chunk_retries;
+    d["auto_chunk_size"] = s.auto_chunk_size;
+    d["auto_bytes_per_sample"] = s.auto_bytes_per_sample;
     d["bytes_allocated"] = s.bytes_allocated;
     d["bytes_live"] = s.bytes_live;
     d["gpu_aware_mpi"] = s.gpu_aware_mpi;
@@ -736,7 +756,8 @@ void bind_vmap(py::module_& m) {
       .def_property_readonly("_who", [](const PyMapped& self) { return self.who(); });
   // The checks of the arguments' types are Python's (kvmap/_vmap.py); values are C++'s.
   m.def("_mapped", [](py::object func, const std::vector<std::int64_t>& out_dims, bool per_output,
-                      const std::string& randomness, const py::object& chunk_size, bool batches) {
+                      const std::string& randomness, const py::object& chunk_size,
+                      const py::object& memory_budget, bool pad_to_chunk, bool batches) {
     PyMapped mapped;
     mapped.func = std::move(func);
     if (per_output) {
@@ -745,10 +766,19 @@ void bind_vmap(py::module_& m) {
       mapped.options.out_dims(out_dims);
     }
     mapped.options.randomness(to_randomness(randomness));
-    if (!chunk_size.is_none()) mapped.options.chunk_size(chunk_size.cast<std::int64_t>());
+    if (py::isinstance<py::str>(chunk_size)) {  // "auto" (kvmap._vmap checks the spelling)
+      mapped.options.chunk_size(kvmap::auto_chunk);
+    } else if (!chunk_size.is_none()) {
+      mapped.options.chunk_size(chunk_size.cast<std::int64_t>());
+    }
+    if (!memory_budget.is_none()) mapped.options.memory_budget(memory_budget.cast<std::int64_t>());
+    mapped.options.pad_to_chunk(pad_to_chunk);
     mapped.mapping = batches ? kvmap::Impl::Mapping::Batches : kvmap::Impl::Mapping::Samples;
     return mapped;
   });
+  m.def("chunk_rows", &kvmap::chunk_rows,
+        "Inside a function run by kvmap.vmap or kvmap.map_batches: the real rows of the chunk "
+        "(with pad_to_chunk the others are padding); 0 outside.");
   m.def("_set_foreign_call", [](py::object f) {
     // Kept until the process ends (never destroyed after the interpreter).
     if (!foreign_call) foreign_call = new py::object();

@@ -27,6 +27,15 @@ class TypeError : public Error {
   using Error::Error;
 };
 
+/// The function kvmap ran on a chunk ran out of memory. Front-ends raise it for their
+/// language's own out-of-memory errors (Python's MemoryError, torch.OutOfMemoryError); the
+/// scheduler treats it like std::bad_alloc and c10::OutOfMemoryError: it runs the chunk again
+/// as two halves (VmapOptions).
+class OutOfMemoryError : public Error {
+ public:
+  using Error::Error;
+};
+
 /// Thrown on ranks that did not fail themselves when another rank failed inside a
 /// collective call. what() carries the first failing rank's message.
 class RemoteError : public Error {

@@ -15,7 +15,12 @@ struct Stats {
   std::uint64_t bytes_received = 0;   ///< bytes this rank's MPI calls through kvmap::Comm received
   std::uint64_t bytes_allocated = 0;  ///< bytes the runtime allocated in Kokkos memory spaces
   std::int64_t bytes_live = 0;        ///< of those, still allocated now (not reset by reset_stats)
-  std::uint64_t plans_built = 0;  ///< redistribution plans made (the others came from the cache)
+  std::uint64_t plans_built = 0;    ///< redistribution plans made (the others came from the cache)
+  std::uint64_t chunk_retries = 0;  ///< chunks run again as two halves after running out of memory
+  /// The chunk size the last vmap or map_batches call with chunk_size(auto_chunk) chose on
+  /// this rank, and the bytes per sample it measured (0 before any such call).
+  std::int64_t auto_chunk_size = 0;
+  std::int64_t auto_bytes_per_sample = 0;
   /// Whether MPI is given device memory (true) or device data is staged through host buffers
   /// (false): the run-time decision of KVMAP_GPU_AWARE_MPI / KVMAP_ENABLE_GPU_AWARE_MPI / the
   /// MPI library, made when kvmap initializes (false before). Not a counter; kept by reset_stats.

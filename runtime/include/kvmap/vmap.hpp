@@ -30,6 +30,11 @@ enum class Randomness { Error, Different, Same };
 /// "error", "different", "same".
 const char* name(Randomness r);
 
+/// VmapOptions().chunk_size(kvmap::auto_chunk): the chunk size chosen by memory.
+struct AutoChunk {};
+/// The value that asks for a chunk size chosen by memory (VmapOptions::chunk_size).
+inline constexpr AutoChunk auto_chunk{};
+
 /// Fluent options: VmapOptions().out_dims({0, 1}).chunk_size(8). Setters validate.
 class VmapOptions {
  public:
@@ -42,7 +47,28 @@ class VmapOptions {
   /// randomness). map_batches accepts only the default: there f is an ordinary batched call.
   VmapOptions& randomness(Randomness r);
   /// Samples per chunk, per process (>= 1); std::nullopt: the whole local batch at once.
+  /// Whatever the size, a chunk on which f runs out of memory (std::bad_alloc,
+  /// c10::OutOfMemoryError, kvmap::OutOfMemoryError) runs again as two halves, down to one
+  /// sample; only one sample that does not fit is an error (agreed like every other).
   VmapOptions& chunk_size(std::optional<std::int64_t> c);
+  /// Samples per chunk chosen by memory, on each rank alone (no communication): the first
+  /// chunk (at most 16 samples) is a probe that measures what f allocates per sample through
+  /// torch's memory reporting (the hook of torch's profiler, on the calling thread), later
+  /// chunks take as many samples as fit the memory budget after the outputs. stats() reports
+  /// the chunk size chosen and the bytes per sample measured.
+  VmapOptions& chunk_size(AutoChunk);
+  /// The bytes one call may allocate on this rank for its chunks and outputs (>= 1), for
+  /// chunk_size(auto_chunk). std::nullopt: half of the host's MemAvailable divided among the
+  /// node's ranks (host memory), 80% of the device's free memory (a CUDA GPU), read at each
+  /// call.
+  VmapOptions& memory_budget(std::optional<std::int64_t> bytes);
+  /// map_batches only, with a chunk size (fixed or auto): every chunk reaches f with exactly
+  /// that many rows, for programs compiled for one shape (AOTInductor with a static batch,
+  /// CUDA graphs, torch.compile with static shapes). The last chunk is padded with copies of
+  /// its last real row; kvmap::chunk_rows() says how many rows are real; the padding's
+  /// outputs are dropped. A padded chunk that runs out of memory cannot shrink: an error
+  /// naming a smaller chunk size.
+  VmapOptions& pad_to_chunk(bool pad = true);
   /// Chunks in flight at once (>= 1), on the host execution space's threads, each under the
   /// caller's torch thread-local state: f must then be thread-safe. One at a time on
   /// LibTorch < 2.0 (functorch's bookkeeping there is not thread-safe) and in Same mode.
@@ -54,6 +80,9 @@ class VmapOptions {
   bool out_dims_per_output() const { return out_dims_per_output_; }
   Randomness randomness() const { return randomness_; }
   std::optional<std::int64_t> chunk_size() const { return chunk_size_; }
+  bool auto_chunk_size() const { return auto_chunk_; }
+  std::optional<std::int64_t> memory_budget() const { return memory_budget_; }
+  bool pad_to_chunk() const { return pad_to_chunk_; }
   int concurrency() const { return concurrency_; }
   ///@}
 
@@ -62,8 +91,15 @@ class VmapOptions {
   bool out_dims_per_output_ = false;
   Randomness randomness_ = Randomness::Error;
   std::optional<std::int64_t> chunk_size_;
+  bool auto_chunk_ = false;
+  std::optional<std::int64_t> memory_budget_;
+  bool pad_to_chunk_ = false;
   int concurrency_ = 1;
 };
+
+/// Inside a function run by kvmap::vmap or kvmap::map_batches: how many samples of the chunk
+/// being run are real (with VmapOptions::pad_to_chunk the others are padding); 0 outside.
+std::int64_t chunk_rows();
 
 /// Inside a function run by kvmap::vmap: per-sample random tensors of `shape` whose values
 /// depend only on (kvmap seed, global sample index, call order) — the same for any number

@@ -34,6 +34,11 @@ int visible_devices();
 // here.
 void initialize_kokkos(int& argc, char**& argv);
 
+// How many ranks share this node, without communicating: as kvmap's device map counted them
+// when it started Kokkos on a GPU build, else as the launcher says (OMPI_COMM_WORLD_LOCAL_SIZE
+// of Open MPI, MPI_LOCALNRANKS of MPICH's Hydra, SLURM_NTASKS_PER_NODE), else 1.
+int node_ranks();
+
 // "cuda:1 (node-local rank 1 of 4, 4 devices visible, mapped by kvmap)", "host", ...
 std::string device_report();
 

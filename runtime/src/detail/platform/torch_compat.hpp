@@ -5,6 +5,8 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <mutex>
 
 #include "detail/detail.hpp"
@@ -47,5 +49,20 @@ bool concurrent_vmap_supported();
 
 // A physical tensor of per-sample values wrapped as batched at `level` along dim 0.
 at::Tensor make_batched(const at::Tensor& physical, std::int64_t level);
+
+// Torch's memory reporting (the hook torch's profiler uses) on this thread for the life of
+// the object: on_change(bytes) for each allocation (> 0) and free (< 0) that torch's
+// allocators report for tensors of this thread. The hook's signature differs between
+// LibTorch 1.13 and 2.x. Restores the thread's previous reporter (a profiler's) at the end.
+class MemoryReporting {
+ public:
+  explicit MemoryReporting(std::function<void(std::int64_t)> on_change);
+  ~MemoryReporting();
+  MemoryReporting(const MemoryReporting&) = delete;
+  MemoryReporting& operator=(const MemoryReporting&) = delete;
+
+ private:
+  std::shared_ptr<void> installed_;
+};
 
 }  // namespace kvmap::Detail::torch_compat

@@ -13,7 +13,9 @@
 //     the caller runs before Kokkos or MPI touch what torch wrote;
 //   - CPU: nothing.
 // The Kokkos side fills DeviceSpec (kokkos_compat.hpp); torch_stream.cpp calls torch only.
+#include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "detail/detail.hpp"
 #include "kvmap/impl/kokkos_compat.hpp"
@@ -41,6 +43,10 @@ class TorchStreamScope {
 // Makes `device` torch's current device (from now on, not only for one call): kvmap's
 // initialization points torch at the GPU Kokkos was given (detail/platform/device_map.hpp).
 void torch_use_device(const DeviceSpec& device);
+
+// The free memory of a CUDA device in bytes (cudaMemGetInfo, on that device), where this
+// build talks to CUDA through torch (KVMAP_TORCH_CUDA); std::nullopt otherwise.
+std::optional<std::int64_t> device_free_bytes(const DeviceSpec& device);
 
 // Whether the Kokkos instance must be fenced before torch reads what Kokkos wrote.
 inline bool kokkos_fence_needed(const DeviceSpec& device) {

@@ -54,6 +54,9 @@ struct VmapAgreement {
 // not fit), and reads it back (nullopt when it did not fit).
 void encode(const std::vector<OutputMeta>& metas, VmapAgreement& a);
 std::optional<std::vector<OutputMeta>> decode(const VmapAgreement& a);
+// The number of outputs of the ranks that ran f, from the reduced words (also when their
+// metadata did not fit).
+std::size_t agreed_output_count(const VmapAgreement& a);
 
 // The outputs of the ranks that ran f differ: every rank learns which ranks and what they
 // returned (the failure path: per-rank fingerprints, then two ranks' metadata), and throws

@@ -18,7 +18,8 @@ struct SampleContext {
   static constexpr std::int64_t kPlain = -1;  // map_batches: plain [chunk, *shape] tensors
   std::int64_t level = 0;                     // functorch vmap level of the chunk, or kPlain
   std::int64_t global_offset = 0;             // global index of the chunk's first sample
-  std::int64_t batch = 0;                     // samples in the chunk
+  std::int64_t batch = 0;                     // samples in the chunk (padding included)
+  std::int64_t rows = 0;                      // of those, real (kvmap::chunk_rows)
   std::uint64_t key = 0;                      // stream key of this vmap call
   std::int64_t calls = 0;                     // sample_* calls so far in this invocation of f
   DeviceSpec device;
