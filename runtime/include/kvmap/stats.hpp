@@ -18,8 +18,9 @@ struct Stats {
   std::uint64_t plans_built = 0;    ///< redistribution plans made (the others came from the cache)
   std::uint64_t chunk_retries = 0;  ///< chunks run again as two halves after running out of memory
   /// The chunk size the last vmap or map_batches call with chunk_size(auto_chunk) chose on
-  /// this rank, and the bytes per sample it measured (0 before any such call).
+  /// this rank (0 before any such call).
   std::int64_t auto_chunk_size = 0;
+  /// The bytes per sample that call measured on its probe chunk (0 before any such call).
   std::int64_t auto_bytes_per_sample = 0;
   /// Whether MPI is given device memory (true) or device data is staged through host buffers
   /// (false): the run-time decision of KVMAP_GPU_AWARE_MPI / KVMAP_ENABLE_GPU_AWARE_MPI / the
