@@ -11,6 +11,7 @@
 #include <torch/script.h>
 #include <torch/version.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 
@@ -239,6 +240,42 @@ TEST_CASE("an AOTInductor package through map_batches, any chunking, against eag
       CHECK(e.layout().counts() == x.layout().counts());
       CHECK(close(e.allgather(), eager, kPotentialRoundings));
     }
+#else
+  MESSAGE("skipped: LibTorch " TORCH_VERSION
+          " has no AOTInductor (torch::inductor::"
+          "AOTIModelPackageLoader, LibTorch >= 2.6)");
+#endif
+}
+
+TEST_CASE("an AOTInductor package with a static batch of 64, padded, at every batch size 1-200") {
+#if defined(KVMAP_TEST_HAVE_AOTI)
+  const std::string dir = models_dir();
+  if (dir.empty()) return;
+  if (!exists(dir + "/potential_b64.pt2")) {
+    MESSAGE("skipped: the exporting torch wrote no potential_b64.pt2 (see export_models' output)");
+    return;
+  }
+  if (device().type() != at::kCPU) {
+    MESSAGE("skipped: potential_b64.pt2 is compiled for the CPU");
+    return;
+  }
+  torch::jit::Module reference = torch::jit::load(dir + "/reference.pt");
+  const at::Tensor positions = reference.attr("positions200").toTensor();
+  const at::Tensor eager = reference.attr("energies200").toTensor();
+  torch::inductor::AOTIModelPackageLoader loader(dir + "/potential_b64.pt2", "model", false, 1);
+  std::int64_t rows_seen = 64;
+  auto energy = [&](const at::Tensor& r) {
+    rows_seen = std::min(rows_seen, r.size(0));
+    return loader.run({r.to(at::kFloat)})[0];
+  };
+  for (std::int64_t n = 1; n <= 200; ++n) {
+    CAPTURE(n);
+    auto x = View::from_global(positions.narrow(0, 0, n), 0);
+    auto e = kvmap::map_batches(energy, VmapOptions().chunk_size(64).pad_to_chunk())(x);
+    CHECK(e.layout().counts() == x.layout().counts());
+    CHECK(close(e.allgather(), eager.narrow(0, 0, n), kPotentialRoundings));
+  }
+  CHECK(rows_seen == 64);  // every call of the program had its one shape
 #else
   MESSAGE("skipped: LibTorch " TORCH_VERSION
           " has no AOTInductor (torch::inductor::"

@@ -127,12 +127,12 @@ TEST_CASE("one sample that does not fit is an error on every rank") {
   CHECK(y.gshape() == x.gshape());
 }
 
-TEST_CASE("pad_to_chunk: a program made for 8 rows, at every batch size from 1 to 40") {
-  // A TorchScript function that accepts only batches of exactly 8 rows (as a program exported
+TEST_CASE("pad_to_chunk: a program made for 64 rows, at every batch size from 1 to 200") {
+  // A TorchScript function that accepts only batches of exactly 64 rows (as a program exported
   // with a static batch does) and a C++ function that checks the same and chunk_rows().
   auto unit = torch::jit::compile(R"JIT(
 def f(x: Tensor) -> Tensor:
-    assert x.size(0) == 8, "made for 8 rows"
+    assert x.size(0) == 64, "made for 64 rows"
     return torch.tanh(x) * 2.0 + x.sum(1, keepdim=True)
 )JIT");
   std::atomic<std::int64_t> padded_calls{0};
@@ -147,12 +147,12 @@ def f(x: Tensor) -> Tensor:
     return unit->get_function("f")({xs}).toTensor();
   };
   const int P = nranks();
-  for (std::int64_t n = 1; n <= 40; ++n) {
+  for (std::int64_t n = 1; n <= 200; ++n) {
     CAPTURE(n);
     const at::Tensor full =
         randn_everywhere({n, 6}, at::kFloat, 50 + static_cast<std::uint64_t>(n));
     auto x = View::from_global(full, 0);
-    auto y = kvmap::map_batches(scripted, VmapOptions().chunk_size(8).pad_to_chunk())(x);
+    auto y = kvmap::map_batches(scripted, VmapOptions().chunk_size(64).pad_to_chunk())(x);
     const at::Tensor ref = at::tanh(full) * 2.0 + full.sum(1, true);
     // tanh (4), the scale, a 6-term sum and the addition.
     CHECK(close(y.allgather(), ref, 4 + 1 + 6 + 1));
@@ -162,7 +162,7 @@ def f(x: Tensor) -> Tensor:
   (void)P;
   // Without padding the same program fails on a short chunk: the check above is real.
   auto x = View::from_global(randn_everywhere({3 * nranks(), 6}, at::kFloat, 60), 0);
-  CHECK_THROWS(kvmap::map_batches(scripted, VmapOptions().chunk_size(8))(x));
+  CHECK_THROWS(kvmap::map_batches(scripted, VmapOptions().chunk_size(64))(x));
 }
 
 TEST_CASE("pad_to_chunk: out of memory cannot shrink a padded chunk; where pad_to_chunk applies") {

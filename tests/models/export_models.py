@@ -4,8 +4,11 @@
   potential.pt2      the same model exported with a dynamic batch axis and compiled with
                      AOTInductor (torch.export + aoti_compile_and_package), where this torch
                      has them;
-  reference.pt       positions (float64, [37, 3]) and the eager model's energies on them, as
-                     buffers of a scripted module (C++ reads them with torch::jit::load).
+  potential_b64.pt2  the same, exported with a static batch of 64 (a program made for one
+                     shape: kvmap's map_batches runs it with pad_to_chunk);
+  reference.pt       positions (float64, [37, 3]) and the eager model's energies on them, and
+                     200 more positions with theirs, as buffers of a scripted module (C++
+                     reads them with torch::jit::load).
 
 Usage: export_models.py OUTDIR
 """
@@ -29,10 +32,12 @@ class Potential(torch.nn.Module):
 
 
 class Reference(torch.nn.Module):
-    def __init__(self, positions, energies):
+    def __init__(self, positions, energies, positions200, energies200):
         super().__init__()
         self.register_buffer("positions", positions)
         self.register_buffer("energies", energies)
+        self.register_buffer("positions200", positions200)
+        self.register_buffer("energies200", energies200)
 
     def forward(self):
         return self.energies
@@ -43,10 +48,13 @@ def main(outdir):
     torch.manual_seed(2026)
     model = Potential().eval()
     positions = torch.randn(37, 3, dtype=torch.float64)
+    positions200 = torch.randn(200, 3, dtype=torch.float64)
     with torch.no_grad():
         energies = model(positions.float())
+        energies200 = model(positions200.float())
     torch.jit.save(torch.jit.script(model), os.path.join(outdir, "potential.pt"))
-    torch.jit.save(torch.jit.script(Reference(positions, energies)), os.path.join(outdir, "reference.pt"))
+    torch.jit.save(torch.jit.script(Reference(positions, energies, positions200, energies200)),
+                   os.path.join(outdir, "reference.pt"))
 
     aoti = getattr(getattr(torch, "_inductor", None), "aoti_compile_and_package", None)
     if aoti is None or not hasattr(torch, "export"):
@@ -58,6 +66,10 @@ def main(outdir):
         exported = torch.export.export(model, (positions[:8].float(),), dynamic_shapes={"x": {0: batch}})
         aoti(exported, package_path=os.path.join(outdir, "potential.pt2"))
         print("export_models: potential.pt2 compiled in %.1f s" % (time.time() - start))
+        start = time.time()
+        exported = torch.export.export(model, (positions200[:64].float(),))  # a static batch of 64
+        aoti(exported, package_path=os.path.join(outdir, "potential_b64.pt2"))
+        print("export_models: potential_b64.pt2 compiled in %.1f s" % (time.time() - start))
     print("export_models: OK (%s)" % outdir)
 
 

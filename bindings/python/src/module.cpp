@@ -2,7 +2,6 @@
 // memory, and the GPU's in a CUDA or HIP build), the vmap scheduler with a Python callable,
 // and the factories and redistributions Heat users know.
 #include <torch/csrc/DynamicTypes.h>
-#include <torch/csrc/Exceptions.h>
 #include <torch/csrc/utils/pybind.h>
 #include <torch/python.h>
 
@@ -182,11 +181,14 @@ class PythonError : public Base {
 using PythonCallError = PythonError<kvmap::Error>;
 using PythonOutOfMemory = PythonError<kvmap::OutOfMemoryError>;
 
+// torch.OutOfMemoryError (torch.cuda.OutOfMemoryError before torch 2.5), set at import.
+PyObject* torch_oom_type = nullptr;
+
 // The fetched Python error (new references, taken over) as the C++ exception that carries it.
 [[noreturn]] void throw_python_error(const std::string& what, PyObject* t, PyObject* v,
                                      PyObject* tb) {
   if (PyErr_GivenExceptionMatches(t, PyExc_MemoryError) ||
-      PyErr_GivenExceptionMatches(t, THPException_OutOfMemoryError)) {
+      (torch_oom_type != nullptr && PyErr_GivenExceptionMatches(t, torch_oom_type))) {
     throw PythonOutOfMemory(what, t, v, tb);
   }
   throw PythonCallError(what, t, v, tb);
@@ -405,6 +407,13 @@ void bind_runtime(py::module_& m) {
   static py::exception<kvmap::RemoteError> remote(m, "RemoteError", error.ptr());
   error_type = error.ptr();
   remote_type = remote.ptr();
+  {
+    const py::module_ torch = py::module_::import("torch");
+    py::object oom = py::hasattr(torch, "OutOfMemoryError")
+                         ? torch.attr("OutOfMemoryError")
+                         : py::module_::import("torch.cuda").attr("OutOfMemoryError");
+    torch_oom_type = oom.release().ptr();  // kept for the life of the process
+  }
   // pybind11's translator type takes the exception_ptr by value.
   // NOLINTNEXTLINE(performance-unnecessary-value-param)
   py::register_exception_translator([](std::exception_ptr p) {
