@@ -16,20 +16,17 @@
 using namespace kvmap_test;
 using kvmap::VmapOptions;
 
-namespace {
-// What f costs per sample: D * kCopies float32 values live at once, twice (the expanded copy
-// and its double), 128 KiB.
-constexpr std::int64_t kD = 32, kCopies = 512;
-at::Tensor footprint_f(const at::Tensor& xi) {
-  const at::Tensor wide = xi.unsqueeze(-1).expand({kD, kCopies}).contiguous();
-  return (wide * 2.0).sum();
-}
-}  // namespace
-
 TEST_CASE("chunk_size(auto_chunk): the chosen chunk fits the budget, measured independently") {
   if constexpr (!std::is_same_v<TestMemSpace, Kokkos::HostSpace>) {
     return;  // the counting allocator sees host memory only
   } else {
+    // What f costs per sample: D * kCopies float32 values live at once, twice (the expanded
+    // copy and its double), 128 KiB.
+    constexpr std::int64_t kD = 32, kCopies = 512;
+    auto footprint_f = [](const at::Tensor& xi) {
+      const at::Tensor wide = xi.unsqueeze(-1).expand({kD, kCopies}).contiguous();
+      return (wide * 2.0).sum();
+    };
     const int P = nranks();
     const std::int64_t n = 400 * P;
     const at::Tensor full = randn_everywhere({n, kD}, at::kFloat, 31);

@@ -15,7 +15,8 @@ namespace kvmap::Detail {
 struct CommAccess;  ///< kvmap's own access to the duplicate (runtime/src/detail/platform/comm.hpp)
 }  // namespace kvmap::Detail
 
-namespace KVMAP_API kvmap {
+KVMAP_API_BEGIN
+namespace kvmap {
 
 /// A copyable handle to kvmap's duplicate of an MPI communicator: what every collective of
 /// kvmap (DistView factories and redistribution, vmap's agreement, random, linalg) runs on.
@@ -62,3 +63,4 @@ class Comm {
 };
 
 }  // namespace kvmap
+KVMAP_API_END

@@ -27,7 +27,8 @@ namespace kvmap::Detail {
 struct DistViewAccess;  ///< kvmap's own access to a DistView's parts (not installed, not exported)
 }  // namespace kvmap::Detail
 
-namespace KVMAP_API kvmap {
+KVMAP_API_BEGIN
+namespace kvmap {
 
 namespace Impl {
 enum class ViewLayoutKind { Right, Left, Stride };
@@ -202,3 +203,4 @@ KVMAP_FOR_EACH_MEMORY_SPACE(KVMAP_EXTERN_DIST_VIEW)
 /// \endcond
 
 }  // namespace kvmap
+KVMAP_API_END

@@ -9,7 +9,8 @@
 #include <type_traits>
 #include <utility>
 
-namespace KVMAP_API kvmap {
+KVMAP_API_BEGIN
+namespace kvmap {
 
 /// Storage type of DType::Float16 (Kokkos 3.4 has no host arithmetic type for it).
 struct float16_bits {
@@ -141,3 +142,4 @@ decltype(auto) visit(DType dtype, F&& f) {
 }
 
 }  // namespace kvmap
+KVMAP_API_END

@@ -7,7 +7,8 @@
 #include <string>
 #include <vector>
 
-namespace KVMAP_API kvmap {
+KVMAP_API_BEGIN
+namespace kvmap {
 
 /// Base of everything kvmap throws.
 class Error : public std::runtime_error {
@@ -55,6 +56,7 @@ namespace Impl {
 }  // namespace Impl
 
 }  // namespace kvmap
+KVMAP_API_END
 
 /// \def KVMAP_CHECK(cond, ExceptionType, message)
 /// Throws ExceptionType with the streamed `message` when `cond` is false:

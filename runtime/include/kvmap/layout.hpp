@@ -11,7 +11,8 @@
 #include <utility>
 #include <vector>
 
-namespace KVMAP_API kvmap {
+KVMAP_API_BEGIN
+namespace kvmap {
 
 /// A global or local shape: one extent per dimension.
 using Shape = std::vector<std::int64_t>;
@@ -133,3 +134,4 @@ std::int64_t checked_numel(const Shape& shape);
 }  // namespace Impl
 
 }  // namespace kvmap
+KVMAP_API_END

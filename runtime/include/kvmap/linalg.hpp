@@ -6,7 +6,8 @@
 #include "kvmap/config.hpp"
 #include "kvmap/dist_view.hpp"
 
-namespace KVMAP_API kvmap {
+KVMAP_API_BEGIN
+namespace kvmap {
 namespace linalg {
 
 /// Global sum of x .* y. Each rank's partial sum is added exactly (in fixed point, in the
@@ -27,3 +28,4 @@ void axpby(double a, const DistView<MemorySpace>& x, double b, DistView<MemorySp
 
 }  // namespace linalg
 }  // namespace kvmap
+KVMAP_API_END

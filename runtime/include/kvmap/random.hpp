@@ -12,7 +12,8 @@
 #include "kvmap/comm.hpp"
 #include "kvmap/dist_view.hpp"
 
-namespace KVMAP_API kvmap {
+KVMAP_API_BEGIN
+namespace kvmap {
 
 /// Collective: sets the seed of kvmap's random streams on every rank of comm (the seed must
 /// be the same on every rank) and restarts the stream counter.
@@ -38,3 +39,4 @@ DistView<MemorySpace> normal(Shape gshape, DType dtype, std::optional<int> split
 }  // namespace random
 
 }  // namespace kvmap
+KVMAP_API_END

@@ -3,7 +3,8 @@
 /// \file
 /// ScopeGuard: initializes MPI and Kokkos unless already initialized, and finalizes only
 /// what it started.
-namespace KVMAP_API kvmap {
+KVMAP_API_BEGIN
+namespace kvmap {
 
 /// `kvmap::ScopeGuard guard(argc, argv);` at the top of main(): MPI (at least
 /// MPI_THREAD_FUNNELED) and Kokkos (on the GPU this rank maps to, unless the user chose one)
@@ -29,3 +30,4 @@ class ScopeGuard {
 };
 
 }  // namespace kvmap
+KVMAP_API_END

@@ -4,7 +4,8 @@
 #include "kvmap/config.hpp"
 #include <cstdint>
 
-namespace KVMAP_API kvmap {
+KVMAP_API_BEGIN
+namespace kvmap {
 
 /// What the runtime did on this rank: the counters of kvmap::stats().
 struct Stats {
@@ -34,3 +35,4 @@ Stats stats();
 void reset_stats();
 
 }  // namespace kvmap
+KVMAP_API_END

@@ -13,7 +13,8 @@
 #include "kvmap/impl/local_block.hpp"
 #include "kvmap/impl/view_block.hpp"
 
-namespace KVMAP_API kvmap {
+KVMAP_API_BEGIN
+namespace kvmap {
 
 /// The torch ScalarType of a DType.
 at::ScalarType to_torch(DType dtype);
@@ -34,3 +35,4 @@ at::Tensor to_tensor(const View& view) {
 }
 
 }  // namespace kvmap
+KVMAP_API_END

@@ -32,7 +32,8 @@
 #include <utility>
 #include <vector>
 
-namespace KVMAP_API kvmap {
+KVMAP_API_BEGIN
+namespace kvmap {
 
 /// The bound check_close applies: a rounding count and, for the component-wise form, the
 /// terms' magnitudes.
@@ -80,3 +81,4 @@ Closeness check_close(const at::Tensor& actual, const at::Tensor& reference,
                       const ErrorBound& bound = {});
 
 }  // namespace kvmap
+KVMAP_API_END

@@ -22,7 +22,8 @@
 #include "kvmap/impl/vmap_core.hpp"
 #include "kvmap/tensor_bridge.hpp"
 
-namespace KVMAP_API kvmap {
+KVMAP_API_BEGIN
+namespace kvmap {
 
 /// How torch's own random functions behave inside f under kvmap::vmap (torch.vmap's
 /// `randomness`): Error raises, Different draws per sample, Same draws once for all samples.
@@ -278,3 +279,4 @@ Vmapped<F> map_batches(F f, VmapOptions options = {}) {
 }
 
 }  // namespace kvmap
+KVMAP_API_END

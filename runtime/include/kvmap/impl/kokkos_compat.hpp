@@ -14,7 +14,8 @@
 #include <optional>
 #include <type_traits>
 
-namespace KVMAP_API kvmap {
+KVMAP_API_BEGIN
+namespace kvmap {
 namespace Impl {
 
 // Torch's device kinds kvmap maps to (ROCm devices are "CUDA" to torch).
@@ -137,6 +138,7 @@ class ScopedRegion {
 
 }  // namespace Impl
 }  // namespace kvmap
+KVMAP_API_END
 
 // X-macro over the memory spaces kvmap instantiates its templates for.
 #if defined(KOKKOS_ENABLE_CUDA)

@@ -6,7 +6,8 @@
 #include <memory>
 #include <vector>
 
-namespace KVMAP_API kvmap {
+KVMAP_API_BEGIN
+namespace kvmap {
 namespace Impl {
 
 inline constexpr int kMaxRank = 8;
@@ -20,3 +21,4 @@ struct LocalBlock {
 
 }  // namespace Impl
 }  // namespace kvmap
+KVMAP_API_END

@@ -8,7 +8,8 @@
 #include "kvmap/config.hpp"
 #include "kvmap/impl/local_block.hpp"
 
-namespace KVMAP_API kvmap {
+KVMAP_API_BEGIN
+namespace kvmap {
 namespace Impl {
 
 template <class View>
@@ -30,3 +31,4 @@ LocalBlock block_from_view(const View& view) {
 
 }  // namespace Impl
 }  // namespace kvmap
+KVMAP_API_END

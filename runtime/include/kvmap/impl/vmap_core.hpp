@@ -11,7 +11,8 @@
 #include "kvmap/dist_view.hpp"
 #include "kvmap/impl/kokkos_compat.hpp"
 
-namespace KVMAP_API kvmap {
+KVMAP_API_BEGIN
+namespace kvmap {
 
 class VmapOptions;
 
@@ -65,3 +66,4 @@ KVMAP_FOR_EACH_MEMORY_SPACE(KVMAP_EXTERN_VMAP_CORE)
 
 }  // namespace Impl
 }  // namespace kvmap
+KVMAP_API_END
