@@ -117,8 +117,12 @@ def test_installed_package_is_the_one_in_use():
         pytest.skip("kvmap is imported from a build tree, not from a pip installation")
     package = os.path.dirname(os.path.realpath(kvmap.__file__))
     assert dist.version == kvmap.__version__  # one version: the CMake project's
+    # The extension is the package's, and carries kvmap itself (the internal static library):
+    # no libkvmap is loaded from anywhere else (the package's own libkvmap serves C++ users).
+    extension = mapped_files("_kvmap")
+    assert extension and all(p.startswith(package + os.sep) for p in extension), extension
     libkvmap = mapped_files("libkvmap")
-    assert libkvmap and all(p.startswith(package + os.sep) for p in libkvmap), libkvmap
+    assert all(p.startswith(package + os.sep) for p in libkvmap), libkvmap
     assert "LD_LIBRARY_PATH" not in os.environ or not os.environ["LD_LIBRARY_PATH"]
     import torch
     torch_lib = os.path.join(os.path.dirname(os.path.realpath(torch.__file__)), "lib")
