@@ -11,7 +11,8 @@
 #                                    # cannot be built)
 #   scripts/test.sh --pip [ranks]    # pip install into the torch2 venv, Python tests, uninstall
 #   scripts/test.sh --cuda-compile   # compile only, no GPU needed: libkvmap, every test
-#                                    # executable, the examples and kvmap-perf against Kokkos
+#                                    # executable, the examples, kvmap-perf and the Python
+#                                    # extension against Kokkos
 #                                    # 4.6.01 with the CUDA backend (nvcc >= 12 on PATH; built
 #                                    # patched for CUDA 13) and the torch2 venv's CUDA torch
 #                                    # wheel; fails on any warning; runs nothing
