@@ -213,21 +213,31 @@ TEST_CASE("a module saved by Python (torch.jit.save), loaded with torch::jit::lo
     }
 }
 
+#if defined(KVMAP_TEST_HAVE_AOTI)
+// The models directory when the exporting torch wrote `package` and the test runs on the CPU
+// (the packages are compiled for it); empty, with the reason as a message, otherwise.
+std::string aoti_models_dir(const std::string& package) {
+  const std::string dir = models_dir();
+  if (dir.empty()) return dir;
+  if (!exists(dir + "/" + package)) {
+    MESSAGE("skipped: the exporting torch wrote no " << package << " (see export_models' output)");
+    return {};
+  }
+  if (device().type() != at::kCPU) {
+    MESSAGE("skipped: " << package << " is compiled for the CPU");
+    return {};
+  }
+  return dir;
+}
+#endif
+
 TEST_CASE("an AOTInductor package through map_batches, any chunking, against eager") {
 #if defined(KVMAP_TEST_HAVE_AOTI)
-  const std::string dir = models_dir();
+  const std::string dir = aoti_models_dir("potential.pt2");
   if (dir.empty()) return;
-  if (!exists(dir + "/potential.pt2")) {
-    MESSAGE("skipped: the exporting torch wrote no potential.pt2 (see export_models' output)");
-    return;
-  }
   torch::jit::Module reference = torch::jit::load(dir + "/reference.pt");
   const at::Tensor full = reference.attr("positions").toTensor();
   const at::Tensor eager = reference.attr("energies").toTensor();
-  if (device().type() != at::kCPU) {
-    MESSAGE("skipped: potential.pt2 is compiled for the CPU");
-    return;
-  }
   // Two runners: two chunks may be in flight at once.
   torch::inductor::AOTIModelPackageLoader loader(dir + "/potential.pt2", "model", false, 2);
   auto x = View::from_global(full, 0);
@@ -249,16 +259,8 @@ TEST_CASE("an AOTInductor package through map_batches, any chunking, against eag
 
 TEST_CASE("an AOTInductor package with a static batch of 64, padded, at every batch size 1-200") {
 #if defined(KVMAP_TEST_HAVE_AOTI)
-  const std::string dir = models_dir();
+  const std::string dir = aoti_models_dir("potential_b64.pt2");
   if (dir.empty()) return;
-  if (!exists(dir + "/potential_b64.pt2")) {
-    MESSAGE("skipped: the exporting torch wrote no potential_b64.pt2 (see export_models' output)");
-    return;
-  }
-  if (device().type() != at::kCPU) {
-    MESSAGE("skipped: potential_b64.pt2 is compiled for the CPU");
-    return;
-  }
   torch::jit::Module reference = torch::jit::load(dir + "/reference.pt");
   const at::Tensor positions = reference.attr("positions200").toTensor();
   const at::Tensor eager = reference.attr("energies200").toTensor();
