@@ -11,6 +11,7 @@
 #include "harness.hpp"
 #include "detail/platform/torch_compat.hpp"
 #include "detail/platform/mpi_transport.hpp"  // reductions of the contenders' figures over ranks
+#include "detail/testing/memory_meter.hpp"
 #include "kvmap/kvmap.hpp"
 
 namespace kvmap_perf {
@@ -197,6 +198,108 @@ void scenario_instructions(Report& report) {
 #endif
 }
 
+// chunk_size(auto_chunk) against the best fixed chunk size under the same memory budget: a
+// sweep of fixed sizes (powers of two, and the whole batch) keeps those whose peak fits the
+// budget, times them interleaved with auto, and reports auto's time over the fastest of them
+// and auto's peak over the budget. Peaks are torch's allocations measured by the allocator
+// (MemoryMeter), not kvmap's estimate; the budget is an eighth of the whole batch's peak, so
+// it binds at every batch size.
+void chunks_auto_against_sweep(Report& report, std::int64_t n) {
+  const auto& comm = report.comm();
+  const at::Device device = data_device();
+  if (!kvmap::Detail::MemoryMeter::supported(device)) {
+    report.progress("chunks: no memory measurement on " + device.str() +
+                    " in this build; auto against the sweep skipped");
+    return;
+  }
+  const at::Tensor W = seeded_randn({64, 256}, 2);
+  auto f = [&](const at::Tensor& x) { return at::tanh(at::matmul(x, W)).sum(-1); };
+  View x = View::from_local(seeded_randn({n, 64}, 300 + comm.rank()), 0, comm);
+  const Expected expected = tanh_sum_expected(f(x.local()), x.local(), W);
+  auto& transport = kvmap::Detail::transport(comm);
+  // The peak of one call, the largest over the ranks.
+  auto peak_of = [&](const std::function<void()>& call) {
+    std::int64_t peak = 0;
+    {
+      kvmap::Detail::MemoryMeter meter(device);
+      call();
+      if (!on_host()) Kokkos::fence();
+      peak = meter.peak_bytes();
+    }
+    return static_cast<std::int64_t>(transport.allreduce_max(static_cast<double>(peak)));
+  };
+  const std::int64_t whole_peak = peak_of([&] { View y = kvmap::vmap(f)(x); });
+  const std::int64_t budget = whole_peak / 8;
+  const std::string case_name =
+      "n=" + std::to_string(n) + " hidden=256 budget=" + std::to_string(budget / 1024) + "KiB";
+  report.progress("chunks: auto against a sweep of fixed sizes, " + case_name);
+
+  struct Contender {
+    std::string name;
+    std::function<View()> call;
+    std::int64_t peak = 0;
+  };
+  std::vector<Contender> fixed;
+  const std::int64_t step = report.settings().quick ? 4 : 2;
+  for (std::int64_t cs = 16; cs < n; cs *= step) {
+    fixed.push_back({"chunk_size=" + std::to_string(cs),
+                     [&, cs] { return kvmap::vmap(f, kvmap::VmapOptions().chunk_size(cs))(x); }});
+  }
+  fixed.push_back({"unchunked", [&] { return kvmap::vmap(f)(x); }});
+  const kvmap::VmapOptions auto_options =
+      kvmap::VmapOptions().chunk_size(kvmap::auto_chunk).memory_budget(budget);
+  Contender automatic{"chunk_size=auto", [&] { return kvmap::vmap(f, auto_options)(x); }};
+
+  kvmap::reset_stats();
+  automatic.peak = peak_of([&] { View y = automatic.call(); });
+  const kvmap::Stats chosen = kvmap::stats();
+  std::vector<std::function<void()>> timed = {[&] { View y = automatic.call(); }};
+  std::vector<std::size_t> fits;  // indices into fixed, in the order of timed[1..]
+  for (std::size_t i = 0; i < fixed.size(); ++i) {
+    fixed[i].peak = peak_of([&] { View y = fixed[i].call(); });
+    if (fixed[i].peak <= budget) {
+      fits.push_back(i);
+      timed.push_back([&, i] { View y = fixed[i].call(); });
+    }
+  }
+  const double error_over_bound = transport.allreduce_max(
+      require_close("chunks", case_name, automatic.name, automatic.call().local(), expected));
+  const std::vector<Timing> times = measure_interleaved(comm, report.settings(), timed);
+  std::size_t best = 0;  // index into times
+  for (std::size_t k = 1; k < times.size(); ++k) {
+    if (best == 0 || times[k].median < times[best].median) best = k;
+  }
+  const double mib = 1024.0 * 1024.0;
+  const double best_median = best ? times[best].median : 0.0;
+  report.add(
+      {"chunks",
+       case_name,
+       automatic.name,
+       times[0],
+       {{"over_best_fixed", best ? times[0].median / best_median : 0.0},
+        {"peak_mib", automatic.peak / mib},
+        {"budget_mib", budget / mib},
+        {"peak_over_budget", static_cast<double>(automatic.peak) / budget},
+        {"chosen_chunk_max", transport.allreduce_max(static_cast<double>(chosen.auto_chunk_size))},
+        {"bytes_per_sample_max",
+         transport.allreduce_max(static_cast<double>(chosen.auto_bytes_per_sample))},
+        {"error_over_bound", error_over_bound}},
+       {{"best_fixed", best ? fixed[fits[best - 1]].name : std::string("none fits")}}});
+  std::size_t k = 1;
+  for (std::size_t i = 0; i < fixed.size(); ++i) {
+    const bool fitting = k < times.size() && fits[k - 1] == i;
+    Record r{"chunks", case_name, fixed[i].name, {}, {{"peak_mib", fixed[i].peak / mib}}, {}};
+    if (fitting) {
+      r.time = times[k];
+      r.figures["over_best_fixed"] = times[k].median / best_median;
+      ++k;
+    } else {
+      r.notes["over_budget"] = "peak above the budget; not timed";
+    }
+    report.add(std::move(r));
+  }
+}
+
 void scenario_chunks(Report& report) {
   const auto& comm = report.comm();
   const std::int64_t n = 100000;
@@ -263,6 +366,7 @@ void scenario_chunks(Report& report) {
           {"error_over_bound", error_over_bound}},
          {}});
   }
+  for (const std::int64_t n : {1024, 100000}) chunks_auto_against_sweep(report, n);
 }
 
 void scenario_scaling(Report& report) {

@@ -4,6 +4,7 @@
 #include "kvmap/vmap.hpp"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <ATen/ThreadLocalState.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
 
@@ -450,8 +451,9 @@ struct ChunkPlan {
   }
 };
 
-// Samples in the probe chunk of chunk_size(auto_chunk).
-constexpr std::int64_t kProbeSamples = 16;
+// Samples in the first probe chunk of chunk_size(auto_chunk): one, so that the probes stay
+// within the budget unless a single sample does not fit it.
+constexpr std::int64_t kProbeSamples = 1;
 
 ChunkPlan initial_plan(const VmapOptions& o, std::int64_t n_local) {
   ChunkPlan p;
@@ -532,19 +534,44 @@ std::int64_t memory_budget_now(const VmapCall& c) {
   return *budget;
 }
 
-// After the probe: the chunk size that fits the budget, given what the probe measured.
-void choose_chunk(ChunkPlan& plan, const std::vector<OutputMeta>& metas, std::int64_t n_local,
-                  std::int64_t budget, std::int64_t peak) {
-  const std::int64_t per_sample = plan.first > 0 ? (peak + plan.first - 1) / plan.first : 0;
-  std::int64_t output_bytes = 0;
+// What chunk_size(auto_chunk) measured: the peak of chunk 0 (one sample), and of chunk 1 (the
+// chunk size chunk 0 allowed, as if each sample cost what chunk 0 cost), which separates what
+// f needs per sample from what it needs per chunk (the slope and the intercept).
+struct ProbedMemory {
+  std::int64_t first_peak = 0, first_len = 0;
+  std::int64_t second_peak = 0, second_len = 0;  // second_len 0: no second probe
+};
+
+// The chunk size that fits the budget, given what the probes measured. On the host also a
+// chunk whose temporaries stay in cache (see host_chunk_working_set): each chunk in flight
+// runs on one thread, a single one on torch's intra-op threads.
+void choose_chunk(const VmapCall& c, ChunkPlan& plan, const std::vector<OutputMeta>& metas,
+                  std::int64_t n_local, std::int64_t budget, const ProbedMemory& probed) {
+  ChunkSizing sizing;
+  sizing.budget = budget;
+  if (probed.second_len > probed.first_len) {
+    sizing.bytes_per_sample = std::max<std::int64_t>(
+        0, (probed.second_peak - probed.first_peak + probed.second_len - probed.first_len - 1) /
+               (probed.second_len - probed.first_len));
+    sizing.bytes_per_chunk =
+        std::max<std::int64_t>(0, probed.first_peak - sizing.bytes_per_sample * probed.first_len);
+  } else if (probed.first_len > 0) {
+    sizing.bytes_per_sample = (probed.first_peak + probed.first_len - 1) / probed.first_len;
+  }
   for (const OutputMeta& m : metas) {
     std::int64_t per = static_cast<std::int64_t>(size_of(static_cast<DType>(m.dtype)));
     for (std::int32_t d = 0; d < m.ndim; ++d) per *= m.shape[d];
-    output_bytes += per * n_local;
+    sizing.output_bytes += per * n_local;
   }
-  plan.rest = chunk_for_budget(budget, per_sample, output_bytes, n_local);
+  sizing.n_local = n_local;
+  sizing.chunks_in_flight = chunks_in_flight(c);
+  if (c.device.kind == DeviceKind::CPU) {
+    sizing.working_set =
+        host_chunk_working_set(sizing.chunks_in_flight > 1 ? 1 : at::get_num_threads());
+  }
+  plan.rest = chunk_for_budget(sizing);
   plan.rest_rows = plan.rest;
-  record_auto_chunk(plan.rest, per_sample);
+  record_auto_chunk(plan.rest, sizing.bytes_per_sample);
 }
 
 LocalRun run_local(const VmapCall& c, std::int64_t n_local, const ChunkRunner& runner) {
@@ -554,11 +581,12 @@ LocalRun run_local(const VmapCall& c, std::int64_t n_local, const ChunkRunner& r
   ChunkPlan plan = initial_plan(o, n_local);
   const bool automatic = o.auto_chunk_size();
   const std::int64_t budget = automatic ? memory_budget_now(c) : 0;
-  std::int64_t peak = 0;
+  ProbedMemory probed;
   std::vector<at::Tensor> first =
-      run_first_chunk(c, runner, plan, out.metas, automatic ? &peak : nullptr);
+      run_first_chunk(c, runner, plan, out.metas, automatic ? &probed.first_peak : nullptr);
+  probed.first_len = plan.first;
   if (automatic) {
-    choose_chunk(plan, out.metas, n_local, budget, peak);
+    choose_chunk(c, plan, out.metas, n_local, budget, probed);
   } else if (plan.first < plan.rest) {
     plan.rest = plan.rest_rows = plan.first;  // what fit chunk 0 is the chunk size from now on
   }
@@ -587,11 +615,10 @@ LocalRun run_local(const VmapCall& c, std::int64_t n_local, const ChunkRunner& r
   write(0, first);
   first.clear();
 
-  const std::int64_t nchunks = 1 + (n_local - plan.first + plan.rest - 1) / plan.rest;
-  out.chunks = nchunks;
   const std::vector<OutputMeta>& expected = out.metas;
   // Samples [start, start + len), in halves while f runs out of memory.
-  auto run_fitting = [&](auto& self, std::int64_t start, std::int64_t len) -> void {
+  auto run_fitting = [&](auto& self, std::int64_t start, std::int64_t len,
+                         std::int64_t* halved) -> void {
     std::exception_ptr failure;
     try {
       write(start, runner.run_next(start, len, plan.rows(len, plan.rest_rows), expected));
@@ -601,9 +628,34 @@ LocalRun run_local(const VmapCall& c, std::int64_t n_local, const ChunkRunner& r
     }
     halve_or_rethrow(c, plan, len, plan.rest_rows, failure);
     failure = nullptr;
-    self(self, start, len / 2);
-    self(self, start + len / 2, len - len / 2);
+    if (halved) ++*halved;
+    self(self, start, len / 2, halved);
+    self(self, start + len / 2, len - len / 2, halved);
   };
+  std::int64_t done = plan.first;  // samples written
+  if (automatic && plan.rest > 1) {
+    // The second probe: chunk 1, of the size chunk 0 allowed, measured on this thread.
+    ScopedRegion region("kvmap::vmap/chunk");
+    probed.second_len = std::min(plan.rest, n_local - done);
+    std::int64_t halved = 0;
+    {
+      MemoryProbe probe;
+      run_fitting(run_fitting, done, probed.second_len, &halved);
+      probed.second_peak = probe.peak_bytes();
+    }
+    done += probed.second_len;
+    out.chunks += 1;
+    if (halved == 0) {
+      choose_chunk(c, plan, out.metas, n_local, budget, probed);
+    } else {  // it did not fit as a whole: what did is the chunk size from now on
+      plan.rest = plan.rest_rows = std::max<std::int64_t>(1, probed.second_len >> halved);
+    }
+  }
+  if (done == n_local) return out;
+
+  // Chunks 1 .. nchunks - 1 of the loop: samples [done, n_local) by plan.rest.
+  const std::int64_t nchunks = 1 + (n_local - done + plan.rest - 1) / plan.rest;
+  out.chunks += nchunks - 1;
   // The error of the lowest failing chunk is rethrown once the policy has completed.
   std::mutex error_mutex;
   std::int64_t failed_chunk = nchunks;
@@ -613,8 +665,8 @@ LocalRun run_local(const VmapCall& c, std::int64_t n_local, const ChunkRunner& r
   auto body = [&](const std::int64_t chunk) {
     if (failed.load()) return;
     try {
-      const std::int64_t start = plan.first + (chunk - 1) * plan.rest;
-      run_fitting(run_fitting, start, std::min(plan.rest, n_local - start));
+      const std::int64_t start = done + (chunk - 1) * plan.rest;
+      run_fitting(run_fitting, start, std::min(plan.rest, n_local - start), nullptr);
     } catch (...) {
       failed.store(true);
       // A replaced error is released after the lock (its destructor may wait for the GIL).

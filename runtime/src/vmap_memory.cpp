@@ -8,6 +8,8 @@
 #include <new>
 #include <string>
 
+#include <unistd.h>
+
 #include "kvmap/error.hpp"
 #include "detail/platform/device_map.hpp"
 #include "detail/platform/torch_compat.hpp"
@@ -65,12 +67,26 @@ std::optional<std::int64_t> default_memory_budget(DeviceSpec device) {
   return *free_bytes / 10 * 8;
 }
 
-std::int64_t chunk_for_budget(std::int64_t budget, std::int64_t bytes_per_sample,
-                              std::int64_t output_bytes, std::int64_t n_local) {
-  const std::int64_t left = budget - output_bytes;
-  if (n_local <= 1 || left <= 0) return 1;
-  if (bytes_per_sample <= 0) return n_local;
-  return std::clamp<std::int64_t>(left / bytes_per_sample, 1, n_local);
+std::int64_t chunk_for_budget(const ChunkSizing& s) {
+  const std::int64_t left = s.budget - s.output_bytes;
+  if (s.n_local <= 1 || left <= 0) return 1;
+  if (s.bytes_per_sample <= 0) return s.n_local;
+  const std::int64_t per_chunk =
+      left / std::max<std::int64_t>(1, s.chunks_in_flight) - s.bytes_per_chunk;
+  std::int64_t chunk = per_chunk / s.bytes_per_sample;
+  if (s.working_set > 0) {
+    chunk = std::min(chunk, std::max(kMinPreferredChunk, s.working_set / s.bytes_per_sample));
+  }
+  return std::clamp<std::int64_t>(chunk, 1, s.n_local);
+}
+
+std::int64_t host_chunk_working_set(int threads) {
+  std::int64_t l2 = 0;
+#if defined(_SC_LEVEL2_CACHE_SIZE)
+  l2 = static_cast<std::int64_t>(sysconf(_SC_LEVEL2_CACHE_SIZE));
+#endif
+  if (l2 <= 0) l2 = std::int64_t{1} << 20;
+  return 2 * l2 * std::max(1, threads);
 }
 
 bool out_of_memory(const std::exception_ptr& e) {

@@ -21,7 +21,7 @@ struct Stats {
   /// The chunk size the last vmap or map_batches call with chunk_size(auto_chunk) chose on
   /// this rank (0 before any such call).
   std::int64_t auto_chunk_size = 0;
-  /// The bytes per sample that call measured on its probe chunk (0 before any such call).
+  /// The bytes per sample that call measured with its probe chunks (0 before any such call).
   std::int64_t auto_bytes_per_sample = 0;
   /// Whether MPI is given device memory (true) or device data is staged through host buffers
   /// (false): the run-time decision of KVMAP_GPU_AWARE_MPI / KVMAP_ENABLE_GPU_AWARE_MPI / the

@@ -53,10 +53,12 @@ class VmapOptions {
   /// sample; only one sample that does not fit is an error (agreed like every other).
   VmapOptions& chunk_size(std::optional<std::int64_t> c);
   /// Samples per chunk chosen by memory, on each rank alone (no communication): the first
-  /// chunk (at most 16 samples) is a probe that measures what f allocates per sample through
-  /// torch's memory reporting (the hook of torch's profiler, on the calling thread), later
-  /// chunks take as many samples as fit the memory budget after the outputs. stats() reports
-  /// the chunk size chosen and the bytes per sample measured.
+  /// two chunks (one sample, then as many as that allows) are probes that measure what f
+  /// allocates per sample and per chunk through torch's memory reporting (the hook of
+  /// torch's profiler, on the calling thread); later chunks take as many samples as fit the
+  /// memory budget after the outputs, shared among the chunks in flight, and on the host no
+  /// more than keep a chunk's temporaries in cache (docs/concepts.md, "Memory"). stats()
+  /// reports the chunk size chosen and the bytes per sample measured.
   VmapOptions& chunk_size(AutoChunk);
   /// The bytes one call may allocate on this rank for its chunks and outputs (>= 1), for
   /// chunk_size(auto_chunk). std::nullopt: half of the host's MemAvailable divided among the

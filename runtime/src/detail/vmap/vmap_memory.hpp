@@ -36,10 +36,29 @@ class MemoryProbe {
 // memory (a CUDA device, with a CUDA LibTorch); std::nullopt where this build cannot read it.
 std::optional<std::int64_t> default_memory_budget(DeviceSpec device);
 
-// Samples per chunk that fit `budget` bytes, given what one sample needs while f runs and
-// what the call's outputs take in all: at least 1, at most `n_local`. Pure.
-std::int64_t chunk_for_budget(std::int64_t budget, std::int64_t bytes_per_sample,
-                              std::int64_t output_bytes, std::int64_t n_local);
+// What chunk_size(auto_chunk) weighs when it picks the chunk size after the probe.
+struct ChunkSizing {
+  std::int64_t budget = 0;            // bytes the call may spend on this rank
+  std::int64_t bytes_per_sample = 0;  // what each sample of a chunk needs while f runs
+  std::int64_t bytes_per_chunk = 0;   // what f needs per chunk whatever its length
+  std::int64_t output_bytes = 0;      // the call's outputs, all samples
+  std::int64_t n_local = 0;           // this rank's samples
+  int chunks_in_flight = 1;           // chunks that run at once, each with its temporaries
+  // Bytes one chunk's temporaries should stay within for speed (0: no preference): on the
+  // host, a chunk whose temporaries leave the cache runs slower than smaller chunks.
+  std::int64_t working_set = 0;
+};
+
+// Samples per chunk: the most whose temporaries (per chunk and per sample), times the chunks
+// in flight, fit the budget with the outputs, and (with a working set) no more than fit the working
+// set, unless that is fewer than kMinPreferredChunk; at least 1, at most n_local. Pure.
+inline constexpr std::int64_t kMinPreferredChunk = 16;
+std::int64_t chunk_for_budget(const ChunkSizing& s);
+
+// The working set a host chunk should stay within: twice the L2 cache of one core for each
+// thread torch runs the chunk on (`threads`), from the C library (sysconf), 1 MiB per core
+// where it does not say.
+std::int64_t host_chunk_working_set(int threads);
 
 // Whether `e` says f ran out of memory: std::bad_alloc, c10::OutOfMemoryError, or
 // kvmap::OutOfMemoryError (what the front-ends raise for their languages' own).
