@@ -22,6 +22,33 @@ set(_kvmap_kokkos_howto
     "builds both into ${_kvmap_deps_cache}/kokkos-3.4.01; spack install kokkos kokkos-kernels; or "
     "from source. Then name the prefix: Kokkos_ROOT=<prefix> in the environment or "
     "-DKokkos_ROOT=<prefix> (for pip: Kokkos_ROOT=<prefix> pip install .).")
+# A pip build (SKBUILD) takes a Kokkos only where one is named (Kokkos_ROOT, Kokkos_DIR,
+# CMAKE_PREFIX_PATH), never the dependency cache or a system one it happens to see: with none
+# named, Kokkos is built into the wheel (cmake/KvmapBundledKokkos.cmake), so that the wheel
+# depends on nothing of the machine that built it.
+set(KVMAP_BUNDLED_KOKKOS OFF)
+if(SKBUILD)
+  set(_kvmap_cached_kokkos "")
+  set(_kvmap_kokkos_named FALSE)
+  foreach(_v IN ITEMS Kokkos_ROOT Kokkos_DIR CMAKE_PREFIX_PATH)
+    if(${_v} OR DEFINED ENV{${_v}})
+      set(_kvmap_kokkos_named TRUE)
+    endif()
+  endforeach()
+  if(_kvmap_kokkos_named)
+    find_package(Kokkos 3.4 QUIET)
+  endif()
+  if(NOT Kokkos_FOUND)
+    if(CMAKE_CXX_STANDARD)
+      set(KVMAP_BUNDLED_CXX_STANDARD ${CMAKE_CXX_STANDARD})
+    else()
+      set(KVMAP_BUNDLED_CXX_STANDARD 20)
+    endif()
+    include(KvmapBundledKokkos)
+    set(KVMAP_BUNDLED_KOKKOS ON)
+    set(_kvmap_cached_kokkos "${KVMAP_BUNDLED_KOKKOS_PREFIX}")
+  endif()
+endif()
 find_package(Kokkos 3.4 HINTS ${_kvmap_cached_kokkos})
 if(NOT Kokkos_FOUND)
   message(FATAL_ERROR "kvmap: Kokkos not found. ${_kvmap_kokkos_howto}")

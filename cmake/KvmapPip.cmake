@@ -9,8 +9,8 @@
 #     only the build requirements (PYTHONPATH names them); with PYTHONPATH and
 #     PYTHONNOUSERSITE unset the same interpreter sees its own environment's torch and mpi4py.
 #     -DTorch_DIR (--config-settings=cmake.define.Torch_DIR=...) overrides.
-#   - Kokkos: Kokkos_ROOT / CMAKE_PREFIX_PATH, else the project's dependency cache
-#     (cmake/KvmapKokkos.cmake).
+#   - Kokkos: Kokkos_ROOT / Kokkos_DIR / CMAKE_PREFIX_PATH where one is named, else built
+#     into the wheel (cmake/KvmapBundledKokkos.cmake).
 include_guard(GLOBAL)
 
 set(KVMAP_TOP_LEVEL OFF)  # no tests, examples or perf in a wheel
@@ -19,9 +19,43 @@ set(CMAKE_INSTALL_INCLUDEDIR kvmap/include CACHE PATH "kvmap's headers, inside t
 set(CMAKE_INSTALL_DATADIR kvmap/share CACHE PATH "kvmap's data, inside the Python package")
 set(CMAKE_INSTALL_BINDIR kvmap/bin CACHE PATH "kvmap's programs, inside the Python package")
 set(KVMAP_PYTHON_PACKAGE_DIR kvmap)
-# <site-packages>/kvmap/lib -> <site-packages>/torch/lib, and <site-packages>/kvmap -> it.
-set(KVMAP_PIP_RPATH_LIB "$ORIGIN/../../torch/lib")
+# RPATHs: <site-packages>/kvmap/lib -> <site-packages>/torch/lib and itself (a Kokkos built
+# into the wheel lies there), <site-packages>/kvmap -> both; nothing of the build machine
+# (no link paths: CMAKE_INSTALL_RPATH_USE_LINK_PATH is off) but what kvmap_pip_rpaths() adds.
+set(KVMAP_PIP_RPATH_LIB "$ORIGIN/../../torch/lib;$ORIGIN")
 set(KVMAP_PIP_RPATH_EXTENSION "$ORIGIN/../torch/lib")
+
+# After find_package(MPI) and Kokkos: the MPI library's own directory (as its compiler
+# wrapper would add it) where the linker does not search it anyway, and the directory of a
+# Kokkos named for the build (a site's Kokkos stays where it is); appended to the RPATHs of
+# libkvmap and the extension.
+macro(kvmap_pip_rpaths)
+  set(_kvmap_abs_dirs "")
+  set(_kvmap_libs ${MPI_CXX_LIBRARIES})
+  if(NOT KVMAP_BUNDLED_KOKKOS)
+    foreach(_t IN ITEMS Kokkos::kokkoscore Kokkos::kokkoskernels_kokkoskernels Kokkos::kokkoskernels)
+      if(TARGET ${_t})
+        get_target_property(_kvmap_imported ${_t} IMPORTED)
+        get_target_property(_kvmap_type ${_t} TYPE)
+        if(_kvmap_imported AND NOT _kvmap_type STREQUAL "INTERFACE_LIBRARY")
+          get_target_property(_kvmap_loc ${_t} LOCATION)
+          list(APPEND _kvmap_libs "${_kvmap_loc}")
+        endif()
+      endif()
+    endforeach()
+  endif()
+  foreach(_lib IN LISTS _kvmap_libs)
+    if(IS_ABSOLUTE "${_lib}" AND EXISTS "${_lib}")
+      get_filename_component(_dir "${_lib}" DIRECTORY)
+      if(NOT _dir IN_LIST CMAKE_CXX_IMPLICIT_LINK_DIRECTORIES AND NOT _dir IN_LIST _kvmap_abs_dirs)
+        list(APPEND _kvmap_abs_dirs "${_dir}")
+      endif()
+    endif()
+  endforeach()
+  list(APPEND CMAKE_INSTALL_RPATH ${_kvmap_abs_dirs})
+  list(APPEND KVMAP_PIP_RPATH_EXTENSION ${_kvmap_abs_dirs})
+  message(STATUS "kvmap: wheel RPATHs: libkvmap ${CMAKE_INSTALL_RPATH}; extension $ORIGIN/lib;${KVMAP_PIP_RPATH_EXTENSION}")
+endmacro()
 
 # Runs Python code with the interpreter pip builds for, in the environment pip installs into.
 set(KVMAP_PYTHON_ENV ${CMAKE_COMMAND} -E env --unset=PYTHONPATH --unset=PYTHONNOUSERSITE)

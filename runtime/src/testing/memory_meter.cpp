@@ -34,9 +34,7 @@ class CountingCpuAllocator final : public c10::Allocator {
     static auto* the = new CountingCpuAllocator();  // never destroyed (see above)
     return *the;
   }
-  void wrap(c10::Allocator* inner) {
-    inner_ = inner;
-  }
+  void wrap(c10::Allocator* inner) { inner_ = inner; }
 
   c10::DataPtr allocate(std::size_t n) KVMAP_ALLOCATE_CONST override {
     auto* held = new Held{inner_->allocate(n), static_cast<std::int64_t>(n), this};
