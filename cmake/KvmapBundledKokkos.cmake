@@ -131,6 +131,11 @@ endif()
 
 # Into the wheel: the libraries beside libkvmap, the headers beside kvmap's, the CMake
 # packages under lib/cmake.
+# A wheel holds no symbolic links: of each versioned library only the file CMake's targets
+# name (.so.4.6.1) and the soname the loader asks for (.so.4.6) go in, not the link-time name.
 install(DIRECTORY "${KVMAP_BUNDLED_KOKKOS_PREFIX}/lib/" DESTINATION ${CMAKE_INSTALL_LIBDIR}
-        USE_SOURCE_PERMISSIONS)
+        USE_SOURCE_PERMISSIONS
+        PATTERN "libkokkoscore.so" EXCLUDE
+        PATTERN "libkokkoscontainers.so" EXCLUDE
+        PATTERN "libkokkossimd.so" EXCLUDE)
 install(DIRECTORY "${KVMAP_BUNDLED_KOKKOS_PREFIX}/include/" DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})

@@ -1,30 +1,44 @@
 #!/usr/bin/env bash
-# What a Heat user does: `pip install` kvmap (from an sdist of a clean clone of HEAD, with
-# pip's build isolation) into the torch2 venv, then the Python tests (Heat's interop and
-# vmap cases included) from a directory outside the source tree, against the installed
-# package (no PYTHONPATH, no LD_LIBRARY_PATH) at 1-4 ranks; then `pip uninstall`.
+# What a Heat user does, on a machine with Python, torch, mpi4py and an MPI but no Kokkos:
+#  1. pip builds kvmap's wheel from an sdist of a clean clone of HEAD (pip's build isolation)
+#     with no Kokkos named and no kvmap dependency cache: Kokkos is built into the wheel
+#     (from $KVMAP_SOURCES, default ../shared/third_party, where the sdist's build cannot look);
+#  2. everything the build used goes (the clone, the sdist, pip's build tree, the cache);
+#  3. the wheel is installed with its dependencies ([heat,test]) into a new venv in another
+#     directory, its ELF files' RPATHs are listed, and the Python tests run there (Heat's
+#     interop included) from outside any source tree, at 1-4 ranks (no PYTHONPATH, no
+#     LD_LIBRARY_PATH); then `pip uninstall`.
 #   scripts/test-pip.sh [ranks...]     # default: 1 2 3 4
+# Prints the wheel's size and the build and install times.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 ranks=("$@")
 [ "${#ranks[@]}" -gt 0 ] || ranks=(1 2 3 4)
 
-# The modern configuration's Kokkos (4.6.01) and torch wheel.
-deps="$(KVMAP_TORCH2=1 KVMAP_KOKKOS4=1 "$KVMAP_SOURCE_DIR/scripts/install-deps.sh")"
+# The torch wheel's venv builds the wheel (pip builds against the target environment's torch).
+deps="$(KVMAP_TORCH2=1 "$KVMAP_SOURCE_DIR/scripts/install-deps.sh")"
 py="$(sed -n 's/^torch2-python=//p' <<<"$deps")"
-export Kokkos_ROOT="$(sed -n 's/^kokkos4=//p' <<<"$deps")"
 export OMP_PROC_BIND="${OMP_PROC_BIND:-false}" OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 unset PYTHONPATH LD_LIBRARY_PATH
-# The compiler cache serves the wheel's build too (the sdist unpacks under a new name).
-if command -v ccache >/dev/null 2>&1; then export KVMAP_ENABLE_CCACHE=ON CCACHE_BASEDIR=/ CCACHE_NOHASHDIR=true; fi
+# No Kokkos named, no dependency cache: only the archives.
+unset Kokkos_ROOT Kokkos_DIR KokkosKernels_ROOT KokkosKernels_DIR CMAKE_PREFIX_PATH KVMAP_DEPS_PREFIX
+if [ -z "${KVMAP_SOURCES:-}" ] && [ -d "$KVMAP_SOURCE_DIR/../shared/third_party" ]; then
+  export KVMAP_SOURCES="$(cd "$KVMAP_SOURCE_DIR/../shared/third_party" && pwd)"
+fi
+# pip's cache and the compiler cache stay where they are; the rest of the cache is empty.
+PIP_CACHE_DIR="$("$py" -m pip cache dir)"
+export PIP_CACHE_DIR
+if command -v ccache >/dev/null 2>&1; then
+  CCACHE_DIR="${CCACHE_DIR:-$(ccache -k cache_dir)}"
+  export CCACHE_DIR KVMAP_ENABLE_CCACHE=ON CCACHE_BASEDIR=/ CCACHE_NOHASHDIR=true
+fi
 
 work="$(mktemp -d)"
-cleanup() {
-  "$py" -m pip uninstall -y -q kvmap >/dev/null 2>&1 || true
-  rm -rf "$work"
-}
+venv="$work/elsewhere/venv"
+cleanup() { rm -rf "$work"; }
 trap cleanup EXIT
 log() { echo "[test-pip] $*"; }
+export XDG_CACHE_HOME="$work/cache"
 
 # The MPI's launcher with its implementation's flags and environment (no build tree here).
 cmake -DKVMAP_MPIEXEC_OUTPUT="$work/kvmap-mpiexec" -P "$KVMAP_SOURCE_DIR/cmake/KvmapMpiexec.cmake"
@@ -34,23 +48,41 @@ log "sdist of a clean clone of $(git -C "$work/src" rev-parse --short HEAD)"
 "$py" -m pip install -q build
 "$py" -m build --sdist --outdir "$work/dist" "$work/src" >"$work/sdist.log" 2>&1 || { cat "$work/sdist.log"; exit 1; }
 sdist="$(ls "$work"/dist/kvmap-*.tar.gz)"
-log "pip install $(basename "$sdist") (Kokkos_ROOT=$Kokkos_ROOT)"
+log "pip wheel $(basename "$sdist") (no Kokkos named; KVMAP_SOURCES=${KVMAP_SOURCES:-unset})"
 start=$(date +%s)
-"$py" -m pip install "$sdist" >"$work/install.log" 2>&1 || { tail -n 60 "$work/install.log"; exit 1; }
-log "installed in $(( $(date +%s) - start )) s: $("$py" -m pip show kvmap | sed -n 's/^Location: //p')"
+"$py" -m pip wheel -v --no-deps -w "$work/wheelhouse" "$sdist" >"$work/wheel.log" 2>&1 ||
+  { tail -n 80 "$work/wheel.log"; exit 1; }
+built=$(( $(date +%s) - start ))
+grep -E -- "-- kvmap: (Kokkos|wheel RPATHs)" "$work/wheel.log" | sed 's/^ *-- /[test-pip]   /'
+wheel="$(ls "$work"/wheelhouse/kvmap-*.whl)"
+log "built $(basename "$wheel") in $built s: $(du -k "$wheel" | cut -f1) KiB"
+mkdir -p "$work/keep" && mv "$wheel" "$work/keep/" && wheel="$work/keep/$(basename "$wheel")"
+rm -rf "$work/src" "$work/dist" "$work/wheelhouse" "$work/cache"
 
-# The tests only, outside the source tree: `import kvmap` can only find the installed one.
+log "new venv $venv, pip install $(basename "$wheel")[heat,test]"
+base="$("$py" -c 'import sys; print(sys._base_executable)')"
+start=$(date +%s)
+"$base" -m venv "$venv"
+"$venv/bin/python" -m pip install -q "$wheel[heat,test]" >"$work/install.log" 2>&1 ||
+  { tail -n 60 "$work/install.log"; exit 1; }
+site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["platlib"])')"
+log "installed in $(( $(date +%s) - start )) s: $(du -sk "$site/kvmap" | cut -f1) KiB in $site/kvmap"
+for f in "$site"/kvmap/_kvmap*.so "$site"/kvmap/lib/lib*.so*; do
+  log "  RUNPATH ${f#"$site"/}: $(readelf -d "$f" | sed -n 's/.*(R[UN]*PATH).*\[\(.*\)\]/\1/p')"
+done
+
+# The tests only, outside any source tree: `import kvmap` can only find the installed one.
 mkdir -p "$work/run"
 cp -r "$KVMAP_SOURCE_DIR/bindings/python/tests" "$KVMAP_SOURCE_DIR/bindings/python/examples" "$work/run/"
 cd "$work/run"
-"$py" -c 'import kvmap, sys; print("[test-pip] import kvmap:", kvmap.__file__, kvmap.__version__)'
+"$venv/bin/python" -c 'import kvmap; print("[test-pip] import kvmap:", kvmap.__file__, kvmap.__version__)'
 for np in "${ranks[@]}"; do
   log "pytest at $np rank(s)"
-  timeout 900 "$work/kvmap-mpiexec" -n "$np" "$py" -m pytest -q -p no:cacheprovider tests
+  timeout 900 "$work/kvmap-mpiexec" -n "$np" "$venv/bin/python" -m pytest -q -p no:cacheprovider tests
 done
 log "pip uninstall"
-"$py" -m pip uninstall -y -q kvmap
-if "$py" -c 'import kvmap' 2>/dev/null; then
+"$venv/bin/python" -m pip uninstall -y -q kvmap
+if "$venv/bin/python" -c 'import kvmap' 2>/dev/null; then
   log "kvmap is still importable after pip uninstall"; exit 1
 fi
 log "OK"

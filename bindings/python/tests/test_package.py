@@ -2,6 +2,7 @@
 in the process, and (when kvmap was installed by pip) the installed files are the ones in use."""
 import importlib.metadata
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -129,3 +130,62 @@ def test_installed_package_is_the_one_in_use():
     assert [os.path.dirname(p) for p in mapped_files("libc10.so")] == [torch_lib]
     # C++ users of the wheel: the CMake package ships inside it.
     assert os.path.isfile(os.path.join(package, "lib", "cmake", "kvmap", "kvmapConfig.cmake"))
+
+
+def elf_files(root):
+    """Every ELF file under root (shared libraries and the extension), symlinks resolved once."""
+    found = set()
+    for directory, _, names in os.walk(root):
+        for name in names:
+            path = os.path.realpath(os.path.join(directory, name))
+            with open(path, "rb") as f:
+                if f.read(4) == b"\x7fELF":
+                    found.add(path)
+    return sorted(found)
+
+
+def run_paths(path):
+    """The RPATH and RUNPATH entries of an ELF file, as `readelf -d` shows them."""
+    out = subprocess.run(["readelf", "-d", path], capture_output=True, text=True, check=True).stdout
+    entries = []
+    for line in out.splitlines():
+        if "(RPATH)" in line or "(RUNPATH)" in line:
+            entries += line.split("[", 1)[1].rsplit("]", 1)[0].split(":")
+    return [e for e in entries if e]
+
+
+def test_installed_package_is_relocatable():
+    """Every ELF file of the installed package finds its libraries relative to itself
+    ($ORIGIN): no directory of the machine that built it, but the MPI library's own (which the
+    process has loaded) and, for a wheel built against a named Kokkos, that Kokkos' directory."""
+    dist = installed_distribution()
+    if dist is None:
+        pytest.skip("kvmap is imported from a build tree, not from a pip installation")
+    if shutil.which("readelf") is None:
+        pytest.skip("no readelf (binutils) on PATH")
+    package = os.path.dirname(os.path.realpath(kvmap.__file__))
+    allowed = {os.path.dirname(p) for p in mapped_files("libmpi")}
+    allowed |= {os.path.dirname(p) for p in mapped_files("libkokkoscore")
+                if not p.startswith(package + os.sep)}
+    files = elf_files(package)
+    assert any(os.path.basename(f).startswith("_kvmap") for f in files), files
+    bad = {}
+    for f in files:
+        for entry in run_paths(f):
+            if entry.startswith("$ORIGIN"):
+                continue
+            if os.path.isdir(entry) and os.path.realpath(entry) in allowed:
+                continue
+            bad.setdefault(os.path.relpath(f, package), []).append(entry)
+    assert not bad, f"absolute RPATH entries of the build machine (allowed: $ORIGIN, {sorted(allowed)}): {bad}"
+
+
+def test_one_kokkos_in_the_process():
+    """One Kokkos in the process: the extension and libkvmap use the same one (the package's
+    own where pip built Kokkos into the wheel)."""
+    cores = mapped_files("libkokkoscore")
+    assert len(cores) <= 1, cores
+    dist = installed_distribution()
+    if dist is not None and kvmap._build.KOKKOS_BUNDLED:
+        package = os.path.dirname(os.path.realpath(kvmap.__file__))
+        assert cores and cores[0].startswith(package + os.sep), cores
