@@ -14,6 +14,7 @@
 include_guard(GLOBAL)
 
 set(KVMAP_TOP_LEVEL OFF)  # no tests, examples or perf in a wheel
+set(KVMAP_WHEEL ON)
 set(CMAKE_INSTALL_LIBDIR kvmap/lib CACHE PATH "libkvmap and its CMake package, inside the Python package")
 set(CMAKE_INSTALL_INCLUDEDIR kvmap/include CACHE PATH "kvmap's headers, inside the Python package")
 set(CMAKE_INSTALL_DATADIR kvmap/share CACHE PATH "kvmap's data, inside the Python package")

@@ -80,6 +80,15 @@ for np in "${ranks[@]}"; do
   log "pytest at $np rank(s)"
   timeout 900 "$work/kvmap-mpiexec" -n "$np" "$venv/bin/python" -m pytest -q -p no:cacheprovider tests
 done
+# A Kokkos app built against the wheel's CMake package (its Kokkos, the venv's torch).
+log "C++: examples/particles against $site/kvmap/lib/cmake/kvmap"
+cmake -S "$KVMAP_SOURCE_DIR/examples/particles" -B "$work/particles" -G Ninja \
+  -Dkvmap_DIR="$site/kvmap/lib/cmake/kvmap" >"$work/particles.log" 2>&1 &&
+  cmake --build "$work/particles" >>"$work/particles.log" 2>&1 ||
+  { tail -n 40 "$work/particles.log"; exit 1; }
+grep -E "kvmap|Kokkos" "$work/particles/CMakeCache.txt" | grep -E "^(kvmap_DIR|Kokkos_DIR|Torch_DIR)" | sed 's/^/[test-pip]   /'
+timeout 300 "$work/kvmap-mpiexec" -n 2 "$work/particles/particles" | tail -n 3
+
 log "pip uninstall"
 "$venv/bin/python" -m pip uninstall -y -q kvmap
 if "$venv/bin/python" -c 'import kvmap' 2>/dev/null; then
