@@ -86,8 +86,9 @@ cmake -S "$KVMAP_SOURCE_DIR/examples/particles" -B "$work/particles" -G Ninja \
   -Dkvmap_DIR="$site/kvmap/lib/cmake/kvmap" >"$work/particles.log" 2>&1 &&
   cmake --build "$work/particles" >>"$work/particles.log" 2>&1 ||
   { tail -n 40 "$work/particles.log"; exit 1; }
-grep -E "kvmap|Kokkos" "$work/particles/CMakeCache.txt" | grep -E "^(kvmap_DIR|Kokkos_DIR|Torch_DIR)" | sed 's/^/[test-pip]   /'
-timeout 300 "$work/kvmap-mpiexec" -n 2 "$work/particles/particles" | tail -n 3
+grep -q "^Torch_DIR:PATH=$site/torch/" "$work/particles/CMakeCache.txt" ||
+  { log "the particles app did not take the venv's torch:"; grep "^Torch_DIR" "$work/particles/CMakeCache.txt"; exit 1; }
+timeout 300 "$work/kvmap-mpiexec" -n 2 "$work/particles/particles" | tail -n 3 | sed 's/^/[test-pip]   /'
 
 log "pip uninstall"
 "$venv/bin/python" -m pip uninstall -y -q kvmap
