@@ -13,8 +13,9 @@ loaded machine. At one rank kvmap makes no MPI call; at more ranks the count inc
 polling while a rank waits for the others, which does depend on timing.
 
 With --python, the same for the Python front-end (perf/python_calls.py in one process):
-raw functorch driven from Python, kvmap.vmap and kvmap.map_batches at batch 16, each run
-with 0 and 2,000 calls under callgrind; the difference per call is what a call costs.
+raw functorch driven from Python, kvmap.vmap and kvmap.map_batches at batch 16, and (where
+Heat is installed) kvmap.vmap on a Heat DNDarray, each run with 0 and 2,000 calls under
+callgrind; the difference per call is what a call costs.
 """
 import argparse
 import datetime
@@ -60,7 +61,11 @@ def python_main(args, env):
     """kvmap's Python call against raw functorch driven from Python, in instructions: each
     contender run with 0 and with --python-calls calls, the difference divided by the calls."""
     calls = 2000
-    contenders = ("direct", "raw functorch", "kvmap.vmap", "kvmap.map_batches")
+    contenders = ["direct", "raw functorch", "kvmap.vmap", "kvmap.map_batches"]
+    has_heat = subprocess.run([args.python, "-c", "import heat"], env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL).returncode == 0
+    if has_heat:
+        contenders.append("kvmap.vmap (DNDarray)")
     per = {}
     for c in contenders:
         runs = [python_total(args.python, args.build, c, n, env) for n in (0, calls)]
@@ -68,12 +73,19 @@ def python_main(args, env):
         print("%-20s %10.0f instructions per call" % (c, per[c]), flush=True)
     extra = per["kvmap.vmap"] - per["raw functorch"]
     print("kvmap.vmap - raw functorch: %+.0f instructions per call (batch 16, 1 process)" % extra)
+    if has_heat:
+        dnd_extra = per["kvmap.vmap (DNDarray)"] - per["kvmap.vmap"]
+        print("kvmap.vmap on a DNDarray - on a DistView: %+.0f instructions per call" % dnd_extra)
     machine = {"date": datetime.date.today().isoformat(), "host": platform.node(), "ranks": 1,
                "python": args.python}
     records = [{"scenario": "instructions_python", "case": "tanh(x@W).sum() n=16", "contender": c,
                 "instructions_per_call": per[c], "machine": machine} for c in contenders]
     records.append({"scenario": "instructions_python", "case": "tanh(x@W).sum() n=16",
                     "contender": "kvmap.vmap - raw functorch", "extra": extra, "machine": machine})
+    if has_heat:
+        records.append({"scenario": "instructions_python", "case": "tanh(x@W).sum() n=16",
+                        "contender": "kvmap.vmap (DNDarray) - kvmap.vmap", "extra": dnd_extra,
+                        "machine": machine})
     if args.json:
         with open(args.json, "w") as f:
             for r in records:

@@ -3,9 +3,11 @@
 at local batch 16 after 50 warm-up calls (the warm-up and the interpreter's start-up cancel
 out between a run with 0 calls and one with ``calls``).
 
-    python perf/python_calls.py {raw functorch,kvmap.vmap,kvmap.map_batches,direct} CALLS
+    python perf/python_calls.py {raw functorch,kvmap.vmap,kvmap.vmap (DNDarray),kvmap.map_batches,direct} CALLS
 
 f(x) = tanh(x @ W).sum() per sample of 64 float32 features, as perf/heat_vs_kvmap.py.
+"kvmap.vmap (DNDarray)" maps a Heat DNDarray of the same values (where Heat is installed):
+the drop-in's path, whose outputs are DNDarrays.
 """
 import sys
 
@@ -42,6 +44,9 @@ def raw():
 kf, kb = kvmap.vmap(f), kvmap.map_batches(fb)
 CALLS = {"raw functorch": raw, "kvmap.vmap": lambda: kf(d, W=W)[0],
          "kvmap.map_batches": lambda: kb(d, W=W)[0], "direct": lambda: fb(local, W=W)}
+if sys.argv[1] == "kvmap.vmap (DNDarray)":
+    h = d.to_heat()
+    CALLS[sys.argv[1]] = lambda: kf(h, W=W)[0]
 call = CALLS[sys.argv[1]]
 for _ in range(50):
     call()

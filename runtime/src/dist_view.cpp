@@ -243,6 +243,36 @@ DistView<M> DistView<M>::from_local(const at::Tensor& local, std::optional<int> 
       split, std::move(comm));
 }
 
+namespace Detail {
+namespace {
+// What this rank checks alone of a tensor adopted under `layout` (from_local(layout) in its
+// plan, adopt_without_agreement before the caller's collective): its block and dtype.
+template <class M>
+std::pair<Impl::LocalBlock, DType> adoptable(const at::Tensor& local, const Layout& layout,
+                                             const Comm& comm, const char* who) {
+  KVMAP_CHECK(local.defined(), ValueError, who << ": the tensor is undefined");
+  const DType dtype = from_torch(local.scalar_type());
+  KVMAP_CHECK(layout.nranks() == comm.size(), ValueError,
+              who << ": the layout is for " << layout.nranks() << " ranks, the communicator has "
+                  << comm.size());
+  check_same_device(local, Impl::device_of<M>(), std::string(who) + ": the tensor");
+  Impl::LocalBlock block = block_from_tensor(local);
+  checked_span_bytes(block.extents, block.strides, size_of(dtype));
+  return {std::move(block), dtype};
+}
+}  // namespace
+
+template <class M>
+DistView<M> adopt_without_agreement(const at::Tensor& local, Layout layout, Comm comm) {
+  auto [block, dtype] = adoptable<M>(local, layout, comm, "kvmap: adopting a shard");
+  return DistViewAccess::make<M>(std::move(layout), dtype, std::move(comm), std::move(block));
+}
+#define KVMAP_INSTANTIATE_ADOPT(Space) \
+  template DistView<Space> adopt_without_agreement<Space>(const at::Tensor&, Layout, Comm);
+KVMAP_FOR_EACH_MEMORY_SPACE(KVMAP_INSTANTIATE_ADOPT)
+#undef KVMAP_INSTANTIATE_ADOPT
+}  // namespace Detail
+
 template <class M>
 DistView<M> DistView<M>::from_local(const at::Tensor& local, const Layout& layout, Comm comm) {
   struct Plan {
@@ -251,23 +281,13 @@ DistView<M> DistView<M>::from_local(const at::Tensor& local, const Layout& layou
   };
   Detail::Collective<> call("DistView::from_local(layout)", comm);
   std::optional<Plan> plan = call.plan([&](Detail::Signature& sig, Detail::NoPayload&) {
-    KVMAP_CHECK(local.defined(), ValueError,
-                "kvmap::DistView::from_local: the tensor is undefined");
-    const DType dtype = from_torch(local.scalar_type());
+    auto [block, dtype] = Detail::adoptable<M>(local, layout, comm, "kvmap::DistView::from_local");
     sig.arg("layout", layout).arg("dtype", dtype);
-    KVMAP_CHECK(layout.nranks() == comm.size(), ValueError,
-                "kvmap::DistView::from_local: the layout is for "
-                    << layout.nranks() << " ranks, the communicator has " << comm.size());
     const Shape expected = layout.lshape(comm.rank());
-    KVMAP_CHECK(Shape(local.sizes().begin(), local.sizes().end()) == expected, ValueError,
+    KVMAP_CHECK(block.extents == expected, ValueError,
                 "kvmap::DistView::from_local: rank "
-                    << comm.rank() << "'s tensor has shape "
-                    << to_string(Shape(local.sizes().begin(), local.sizes().end()))
+                    << comm.rank() << "'s tensor has shape " << to_string(block.extents)
                     << ", but the layout gives it " << to_string(expected));
-    Detail::check_same_device(local, Impl::device_of<M>(),
-                              "kvmap::DistView::from_local: the tensor");
-    Impl::LocalBlock block = Detail::block_from_tensor(local);
-    Detail::checked_span_bytes(block.extents, block.strides, size_of(dtype));
     return Plan{std::move(block), dtype};
   });
   call.agree();

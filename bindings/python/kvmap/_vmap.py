@@ -1,8 +1,6 @@
 """kvmap.vmap with Heat's signature and argument checks, and kvmap.map_batches for functions
 that are already batch-aware; both run kvmap's one C++ scheduler."""
-import sys as _sys
-
-from . import _kvmap, from_heat  # (kvmap/__init__.py defines from_heat before importing this)
+from . import _kvmap
 
 
 def _out_dims(who, out_dims):
@@ -40,30 +38,6 @@ def _mapped(who, func, out_dims, randomness, chunk_size, memory_budget, pad_to_c
     return mapped
 
 
-def _foreign_call(mapped, args, kwargs):
-    """A call whose positional arguments are not all DistViews: Heat's DNDarrays become
-    DistViews sharing their memory (``kvmap.from_heat``), and the outputs DNDarrays sharing
-    theirs (``to_heat``); anything else is a TypeError."""
-    heat = _sys.modules.get("heat")
-    dndarray = heat.DNDarray if heat is not None else ()
-    who = mapped._who
-    views, any_heat = [], False
-    for i, a in enumerate(args):
-        if isinstance(a, _kvmap.DistView):
-            views.append(a)
-        elif dndarray and isinstance(a, dndarray):
-            views.append(from_heat(a))
-            any_heat = True
-        else:
-            raise TypeError("%s: positional argument %d must be a kvmap.DistView or a heat.DNDarray, "
-                            "got %s (pass other arguments as keywords)" % (who, i, type(a)))
-    outputs = mapped(*views, **kwargs)
-    if not any_heat:
-        return outputs
-    return tuple(o.to_heat() for o in outputs)
-
-
-_kvmap._set_foreign_call(_foreign_call)
 
 
 def vmap(func, out_dims=0, randomness="error", *, chunk_size=None, memory_budget=None):

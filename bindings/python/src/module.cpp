@@ -12,7 +12,9 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <iterator>
 #include <string>
 #include <variant>
 #include <vector>
@@ -24,6 +26,7 @@
 #include "detail/platform/gpu_aware_mpi.hpp"
 #include "detail/platform/stats.hpp"
 #include "detail/platform/tensor_bridge.hpp"
+#include "detail/distributed/dist_view_access.hpp"
 
 namespace py = pybind11;
 
@@ -259,14 +262,19 @@ struct PyMapped {
   }
 };
 
-// Called with arguments that are not all DistViews (Heat's DNDarrays): set by kvmap._vmap.
-py::object* foreign_call = nullptr;
-
 // The Python front-end of kvmap's one vmap core (kvmap.vmap and kvmap.map_batches): it
 // converts the arguments, f and f's results; slot mapping, agreement, chunks and assembly
 // are the core's. `args` holds DistViews only.
-py::tuple run_vmap(const PyMapped& m, PyObject* args, PyObject* kwargs) {
-  const Py_ssize_t nargs = PyTuple_GET_SIZE(args);
+// The results of a call and the Python communicator they live on (their inputs').
+struct VmapResults {
+  std::vector<AnyView> views;
+  py::object comm;
+};
+
+// `views`: the DistViews of the positional arguments.
+VmapResults run_vmap_views(const PyMapped& m, const std::vector<const PyDistView*>& views,
+                           PyObject* kwargs) {
+  const auto nargs = static_cast<Py_ssize_t>(views.size());
   // Copies of the DistViews: their memory stays alive for the whole call, even when Python
   // code on another thread rebinds or rebalances the arguments while the GIL is released.
   // All in one memory space (f's tensors live there), the first's.
@@ -275,7 +283,7 @@ py::tuple run_vmap(const PyMapped& m, PyObject* args, PyObject* kwargs) {
   py::object comm = py::none();
   Place place = Place::Host;
   for (Py_ssize_t i = 0; i < nargs; ++i) {
-    const PyDistView& d = py::handle(PyTuple_GET_ITEM(args, i)).cast<const PyDistView&>();
+    const PyDistView& d = *views[static_cast<std::size_t>(i)];
     if (i == 0) place = d.place();
     if (d.place() != place) {
       throw py::type_error(std::string(m.who()) +
@@ -355,14 +363,302 @@ py::tuple run_vmap(const PyMapped& m, PyObject* args, PyObject* kwargs) {
     }
   }
   if (failure) std::rethrow_exception(failure);
-  // vmap's outputs live on their inputs' communicator.
-  py::tuple result(outputs.size());
-  for (std::size_t k = 0; k < outputs.size(); ++k) {
-    PyDistView out(std::move(outputs[k]));
-    out.comm = comm;
+  return {std::move(outputs), std::move(comm)};
+}
+
+// A call on DistViews only (`args`): DistViews on their inputs' communicator.
+py::tuple run_vmap(const PyMapped& m, PyObject* args, PyObject* kwargs) {
+  const Py_ssize_t nargs = PyTuple_GET_SIZE(args);
+  std::vector<const PyDistView*> views(static_cast<std::size_t>(nargs));
+  for (Py_ssize_t i = 0; i < nargs; ++i) {
+    views[static_cast<std::size_t>(i)] =
+        &py::handle(PyTuple_GET_ITEM(args, i)).cast<const PyDistView&>();
+  }
+  VmapResults r = run_vmap_views(m, views, kwargs);
+  py::tuple result(r.views.size());
+  for (std::size_t k = 0; k < r.views.size(); ++k) {
+    PyDistView out(std::move(r.views[k]));
+    out.comm = r.comm;
     result[k] = py::cast(std::move(out));
   }
   return result;
+}
+
+// ---- Heat DNDarrays as arguments and results of kvmap.vmap / kvmap.map_batches ----------
+// The drop-in's path costs what the DistView path costs (perf/instructions.py --python): no
+// Python code runs between the call and the core, a DNDarray's adoption on one rank is kept
+// on it while its storage, shape, split and communicator are unchanged (and needs no
+// agreement of its own: the call's plan checks every argument's shard against its layout),
+// and the results are built from what kvmap knows.
+
+// Heat's objects, looked up once Heat is imported (a DNDarray exists only then); kept for
+// the life of the process.
+struct HeatObjects {
+  PyObject* dndarray = nullptr;        // heat.DNDarray
+  PyObject* communication = nullptr;   // heat.core.communication.Communication
+  PyObject* cpu = nullptr;             // heat.cpu
+  PyObject* gpu = nullptr;             // heat.gpu, where Heat has one
+  PyObject* canonical_type = nullptr;  // heat.core.types.canonical_heat_type
+  PyObject* from_heat = nullptr;       // kvmap.from_heat (unbalanced DNDarrays)
+  py::dict types;                      // torch dtype -> Heat type
+  // What Heat's constructor leaves in a DNDarray's __dict__, learned from the first result it
+  // built (see new_dndarray); usable only when checked.
+  py::dict instance_template;
+  bool template_checked = false, template_usable = false;
+};
+
+HeatObjects* heat_objects() {
+  static HeatObjects* objects = nullptr;
+  if (objects) return objects;
+  py::object heat = py::reinterpret_steal<py::object>(PyImport_GetModule(py::str("heat").ptr()));
+  if (!heat || heat.is_none()) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  auto* o = new HeatObjects();  // never freed: Heat stays imported
+  auto keep = [](py::object v) { return v.release().ptr(); };
+  o->dndarray = keep(heat.attr("DNDarray"));
+  o->communication = keep(heat.attr("core").attr("communication").attr("Communication"));
+  o->cpu = keep(heat.attr("cpu"));
+  o->gpu = py::hasattr(heat, "gpu") ? keep(heat.attr("gpu")) : nullptr;
+  o->canonical_type = keep(heat.attr("core").attr("types").attr("canonical_heat_type"));
+  o->from_heat = keep(py::module_::import("kvmap").attr("from_heat"));
+  objects = o;
+  return objects;
+}
+
+bool is_dndarray(const HeatObjects* h, PyObject* o) {
+  return h && PyObject_TypeCheck(o, reinterpret_cast<PyTypeObject*>(h->dndarray));
+}
+
+// An interned string, kept (interned strings live as long as the interpreter).
+PyObject* interned(const char* s) {
+  PyObject* n = PyUnicode_InternFromString(s);
+  if (!n) throw py::error_already_set();
+  return n;
+}
+
+// The fields of Heat's DNDarray (Heat 1.9): its constructor's arguments, each stored under a
+// private name that the property of the same meaning returns.
+enum DndField { kArray, kGshape, kDtype, kSplit, kDevice, kComm, kBalanced, kDndFields };
+PyObject* dnd_field_name(int f) {
+  static PyObject* const names[kDndFields] = {
+      interned("_DNDarray__array"),   interned("_DNDarray__gshape"), interned("_DNDarray__dtype"),
+      interned("_DNDarray__split"),   interned("_DNDarray__device"), interned("_DNDarray__comm"),
+      interned("_DNDarray__balanced")};
+  return names[f];
+}
+PyObject* dnd_property_name(int f) {
+  static PyObject* const names[kDndFields] = {
+      interned("larray"), interned("gshape"), interned("dtype"),   interned("split"),
+      interned("device"), interned("comm"),   interned("balanced")};
+  return names[f];
+}
+
+// Field f of the DNDarray x whose __dict__ is `dict`: from the dict where Heat keeps it, else
+// through the property (another Heat, a subclass).
+py::object dnd_field(PyObject* x, PyObject* dict, int f) {
+  PyObject* v = PyDict_GetItemWithError(dict, dnd_field_name(f));  // borrowed
+  if (v) return py::reinterpret_borrow<py::object>(v);
+  if (PyErr_Occurred()) throw py::error_already_set();
+  v = PyObject_GetAttr(x, dnd_property_name(f));
+  if (!v) throw py::error_already_set();
+  return py::reinterpret_steal<py::object>(v);
+}
+
+// Whether the DistView `view` still adopts `t` as it did: the same memory, shape and strides.
+bool adopts(const PyDistView& view, const at::Tensor& t) {
+  return view.visit([&](const auto& v) {
+    const kvmap::Impl::LocalBlock& b = kvmap::Detail::DistViewAccess::block(v);
+    return b.data == t.data_ptr() && t.sizes().equals(b.extents) && t.strides().equals(b.strides);
+  });
+}
+
+// The DistView kvmap.vmap maps for the DNDarray x: a balanced or replicated one adopted
+// with one fixed-size agreement, on one rank without communication and kept on x (its
+// __dict__, "_kvmap_adopted", with the larray, split, gshape and comm it was made from)
+// while those are unchanged and the larray still has the same memory, shape and strides; an
+// unbalanced one through kvmap.from_heat (its per-rank counts are gathered, every time).
+py::object adopt_dndarray(const HeatObjects& h, PyObject* x) {
+  static PyObject* const kept_name = interned("_kvmap_adopted");
+  const py::object dict = py::reinterpret_steal<py::object>(PyObject_GenericGetDict(x, nullptr));
+  if (!dict) throw py::error_already_set();
+  const py::object larray = dnd_field(x, dict.ptr(), kArray);
+  const py::object split = dnd_field(x, dict.ptr(), kSplit);
+  const py::object gshape = dnd_field(x, dict.ptr(), kGshape);
+  const py::object comm = dnd_field(x, dict.ptr(), kComm);
+  if (!THPVariable_Check(larray.ptr())) {
+    throw py::type_error("kvmap: the DNDarray's larray is not a torch.Tensor");
+  }
+  const at::Tensor& t = THPVariable_Unpack(larray.ptr());
+  PyObject* kept = PyDict_GetItemWithError(dict.ptr(), kept_name);  // borrowed
+  if (!kept && PyErr_Occurred()) throw py::error_already_set();
+  if (kept && PyTuple_Check(kept) && PyTuple_GET_SIZE(kept) == 5 &&
+      PyTuple_GET_ITEM(kept, 0) == larray.ptr() && PyTuple_GET_ITEM(kept, 3) == comm.ptr()) {
+    const int same_split = PyObject_RichCompareBool(PyTuple_GET_ITEM(kept, 1), split.ptr(), Py_EQ);
+    const int same_gshape =
+        PyObject_RichCompareBool(PyTuple_GET_ITEM(kept, 2), gshape.ptr(), Py_EQ);
+    if (same_split < 0 || same_gshape < 0) throw py::error_already_set();
+    const py::handle view = PyTuple_GET_ITEM(kept, 4);
+    if (same_split && same_gshape && adopts(view.cast<const PyDistView&>(), t)) {
+      return py::reinterpret_borrow<py::object>(view);
+    }
+  }
+  const int balanced =
+      split.is_none() ? 1 : PyObject_IsTrue(dnd_field(x, dict.ptr(), kBalanced).ptr());
+  if (balanced < 0) throw py::error_already_set();
+  if (!balanced) {  // unknown or unbalanced: the per-rank counts are gathered
+    PyObject* view = PyObject_CallOneArg(h.from_heat, x);
+    if (!view) throw py::error_already_set();
+    return py::reinterpret_steal<py::object>(view);
+  }
+  const std::optional<int> s = to_split(split);
+  const kvmap::Shape gs = gshape.cast<kvmap::Shape>();
+  const kvmap::Comm c = to_comm(comm.attr("handle"));
+  kvmap::Layout layout =
+      s ? kvmap::Layout::balanced(gs, s, c.size()) : kvmap::Layout::replicated(gs, c.size());
+  // On several ranks the adoption is agreed (one fixed-size agreement, as kvmap.from_heat's):
+  // Heat's `balanced` can differ between ranks (its larray setter clears it on the ranks
+  // whose shard changed shape), and a rank that gathers counts while the others went on to
+  // the call's agreement would wait forever. On one rank nothing can diverge.
+  const bool alone = c.size() == 1;
+  PyDistView adopted = in_space(place_of(t), [&](auto space) {
+    using M = typename decltype(space)::type;
+    if (!alone) return PyDistView(kvmap::DistView<M>::from_local(t, layout, c));
+    return PyDistView(kvmap::Detail::adopt_without_agreement<M>(t, std::move(layout), c));
+  });
+  adopted.comm = comm;  // Heat's communication: the results' (to_heat)
+  py::object view = py::cast(std::move(adopted));
+  if (alone) {
+    const py::tuple entry = py::make_tuple(larray, split, gshape, comm, view);
+    if (PyDict_SetItem(dict.ptr(), kept_name, entry.ptr()) < 0) throw py::error_already_set();
+  }
+  return view;
+}
+
+// heat.DNDarray(*args), args in the order of DndField. Heat's constructor only stores its
+// arguments (and checks the device, which kvmap's results satisfy by construction), and costs
+// as much as the rest of the call: the first result is built by it, and where its __dict__
+// holds exactly the arguments under the fields' names plus constants (None, bools, ints),
+// later results are that __dict__ with the arguments replaced. Another Heat that stores
+// anything else keeps its constructor.
+py::object new_dndarray(HeatObjects& h, const py::tuple& args) {
+  auto* type = reinterpret_cast<PyTypeObject*>(h.dndarray);
+  if (h.template_usable) {
+    py::dict d = py::reinterpret_steal<py::dict>(PyDict_Copy(h.instance_template.ptr()));
+    if (!d) throw py::error_already_set();
+    for (int f = 0; f < kDndFields; ++f) {
+      if (PyDict_SetItem(d.ptr(), dnd_field_name(f), PyTuple_GET_ITEM(args.ptr(), f)) < 0) {
+        throw py::error_already_set();
+      }
+    }
+    const py::tuple none;
+    py::object out = py::reinterpret_steal<py::object>(type->tp_new(type, none.ptr(), nullptr));
+    if (!out || PyObject_GenericSetDict(out.ptr(), d.ptr(), nullptr) < 0) {
+      throw py::error_already_set();
+    }
+    return out;
+  }
+  PyObject* raw = PyObject_Call(h.dndarray, args.ptr(), nullptr);
+  if (!raw) throw py::error_already_set();
+  py::object out = py::reinterpret_steal<py::object>(raw);
+  if (!h.template_checked) {
+    h.template_checked = true;
+    py::dict d = py::reinterpret_steal<py::dict>(PyObject_GenericGetDict(out.ptr(), nullptr));
+    if (!d) throw py::error_already_set();
+    bool usable = type->tp_new == PyBaseObject_Type.tp_new;
+    int matched = 0;
+    for (auto item : d) {
+      int field = kDndFields;
+      for (int f = 0; f < kDndFields; ++f) {
+        const int eq = PyObject_RichCompareBool(item.first.ptr(), dnd_field_name(f), Py_EQ);
+        if (eq < 0) throw py::error_already_set();
+        if (eq) field = f;
+      }
+      if (field < kDndFields) {
+        usable = usable && item.second.ptr() == PyTuple_GET_ITEM(args.ptr(), field);
+        ++matched;
+      } else {
+        const PyObject* v = item.second.ptr();
+        usable = usable && (v == Py_None || PyBool_Check(v) || PyLong_CheckExact(v));
+      }
+    }
+    h.template_usable = usable && matched == kDndFields;
+    if (h.template_usable)
+      h.instance_template = py::reinterpret_steal<py::dict>(PyDict_Copy(d.ptr()));
+  }
+  return out;
+}
+
+// The DNDarray sharing the memory of a result on the Python communicator `comm`: built
+// directly where kvmap knows all Heat needs (a balanced or replicated result on Heat's
+// communication), else by DistView.to_heat.
+py::object result_dndarray(HeatObjects& h, AnyView view, const py::object& comm) {
+  const bool balanced =
+      std::visit([](const auto& v) { return !v.split() || v.is_balanced(); }, view);
+  const Place place = view.index() == 0 ? Place::Host : Place::Device;
+  PyObject* device = place == Place::Host ? h.cpu : h.gpu;
+  if (!balanced || !device ||
+      !PyObject_TypeCheck(comm.ptr(), reinterpret_cast<PyTypeObject*>(h.communication))) {
+    PyDistView out(std::move(view));
+    out.comm = comm;
+    return py::cast(std::move(out)).attr("to_heat")();
+  }
+  at::Tensor local = std::visit([](const auto& v) { return v.local(); }, view);
+  const std::optional<int> split = std::visit([](const auto& v) { return v.split(); }, view);
+  auto* torch_dtype = reinterpret_cast<PyObject*>(torch::getTHPDtype(local.scalar_type()));
+  PyObject* heat_type = PyDict_GetItemWithError(h.types.ptr(), torch_dtype);  // borrowed
+  if (!heat_type) {
+    if (PyErr_Occurred()) throw py::error_already_set();
+    const py::object t =
+        py::reinterpret_steal<py::object>(PyObject_CallOneArg(h.canonical_type, torch_dtype));
+    if (!t || PyDict_SetItem(h.types.ptr(), torch_dtype, t.ptr()) < 0) {
+      throw py::error_already_set();
+    }
+    heat_type = t.ptr();  // the dict holds it
+  }
+  const py::tuple gshape = to_tuple(std::visit([](const auto& v) { return v.gshape(); }, view));
+  py::tuple args(static_cast<std::size_t>(kDndFields));
+  PyTuple_SET_ITEM(args.ptr(), kArray, THPVariable_Wrap(std::move(local)));
+  PyTuple_SET_ITEM(args.ptr(), kGshape, gshape.inc_ref().ptr());
+  PyTuple_SET_ITEM(args.ptr(), kDtype, py::handle(heat_type).inc_ref().ptr());
+  PyTuple_SET_ITEM(args.ptr(), kSplit,
+                   split ? PyLong_FromLong(*split) : py::none().inc_ref().ptr());
+  PyTuple_SET_ITEM(args.ptr(), kDevice, py::handle(device).inc_ref().ptr());
+  PyTuple_SET_ITEM(args.ptr(), kComm, comm.inc_ref().ptr());
+  PyTuple_SET_ITEM(args.ptr(), kBalanced, py::handle(Py_True).inc_ref().ptr());
+  return new_dndarray(h, args);
+}
+
+// Positional arguments: DistViews, or Heat's DNDarrays, which are adopted as DistViews (zero
+// copy) and make the results DNDarrays sharing the results' memory.
+py::tuple run_with_dndarrays(const PyMapped& m, PyObject* args, PyObject* kwargs,
+                             Py_ssize_t first_foreign) {
+  HeatObjects* h = heat_objects();
+  const Py_ssize_t nargs = PyTuple_GET_SIZE(args);
+  std::vector<py::object> adopted;  // alive for the call
+  adopted.reserve(static_cast<std::size_t>(nargs));
+  std::vector<const PyDistView*> views(static_cast<std::size_t>(nargs));
+  for (Py_ssize_t i = 0; i < nargs; ++i) {
+    PyObject* a = PyTuple_GET_ITEM(args, i);
+    if (i >= first_foreign && is_dndarray(h, a)) {
+      adopted.push_back(adopt_dndarray(*h, a));
+      a = adopted.back().ptr();
+    } else if (i >= first_foreign && !py::isinstance<PyDistView>(a)) {
+      throw py::type_error(std::string(m.who()) + ": positional argument " + std::to_string(i) +
+                           " must be a kvmap.DistView or a heat.DNDarray, got " +
+                           std::string(py::str(py::type::of(py::handle(a)))) +
+                           " (pass other arguments as keywords)");
+    }
+    views[static_cast<std::size_t>(i)] = &py::handle(a).cast<const PyDistView&>();
+  }
+  VmapResults r = run_vmap_views(m, views, kwargs);
+  py::tuple out(r.views.size());
+  for (std::size_t k = 0; k < r.views.size(); ++k) {
+    PyTuple_SET_ITEM(out.ptr(), static_cast<Py_ssize_t>(k),
+                     result_dndarray(*h, std::move(r.views[k]), r.comm).release().ptr());
+  }
+  return out;
 }
 
 PyObject* mapped_call(PyObject* self, PyObject* args, PyObject* kwargs) {
@@ -370,17 +666,9 @@ PyObject* mapped_call(PyObject* self, PyObject* args, PyObject* kwargs) {
     const PyMapped& m = py::handle(self).cast<const PyMapped&>();
     const Py_ssize_t nargs = PyTuple_GET_SIZE(args);
     for (Py_ssize_t i = 0; i < nargs; ++i) {
-      const py::handle a = PyTuple_GET_ITEM(args, i);
-      if (py::isinstance<PyDistView>(a)) continue;
-      // Heat's DNDarrays (converted by kvmap._vmap, which calls back); anything else: TypeError.
-      if (foreign_call) {
-        py::object kw = kwargs ? py::reinterpret_borrow<py::object>(kwargs) : py::dict();
-        return (*foreign_call)(py::handle(self), py::handle(args), kw).release().ptr();
+      if (!py::isinstance<PyDistView>(PyTuple_GET_ITEM(args, i))) {
+        return run_with_dndarrays(m, args, kwargs, i).release().ptr();
       }
-      throw py::type_error(std::string(m.who()) + ": positional argument " + std::to_string(i) +
-                           " must be a kvmap.DistView, got " +
-                           std::string(py::str(py::type::of(a))) +
-                           " (pass other arguments as keywords)");
     }
     return run_vmap(m, args, kwargs).release().ptr();
   } catch (...) {
@@ -788,11 +1076,6 @@ void bind_vmap(py::module_& m) {
   m.def("chunk_rows", &kvmap::chunk_rows,
         "Inside a function run by kvmap.vmap or kvmap.map_batches: the real rows of the chunk "
         "(with pad_to_chunk the others are padding); 0 outside.");
-  m.def("_set_foreign_call", [](py::object f) {
-    // Kept until the process ends (never destroyed after the interpreter).
-    if (!foreign_call) foreign_call = new py::object();
-    *foreign_call = std::move(f);
-  });
 }
 
 }  // namespace

@@ -334,3 +334,40 @@ def test_dndarray_errors_match_heat():
         kvmap.vmap(lambda v: (v, v), out_dims=(0,))(x)
     with pytest.raises(ValueError, match="out_dims"):
         ht.vmap(lambda v: (v, v), out_dims=(0,))(x)
+
+
+def test_balanced_dndarray_adoption_follows_its_shard():
+    """A balanced DNDarray mapped call after call (adopted without communication, the adoption
+    kept while its shard is the same memory): results follow its shard changed in place
+    (shared memory) and replaced by a new tensor (adopted again)."""
+    full = full_tensor(4 * P + 3, 3, seed=50).mul(8).round()  # small integers: exact sums
+    x = ht.array(full.clone(), split=0)  # Heat slices its argument without a copy
+    assert x.balanced
+    double = kvmap.vmap(lambda v: v * 2)
+    for _ in range(2):
+        (y,) = double(x)
+        assert everywhere(torch.equal(heat_global(y), full * 2))
+    x.larray.add_(1)
+    (y,) = double(x)
+    assert everywhere(torch.equal(heat_global(y), (full + 1) * 2))
+    x.larray = x.larray + 1
+    (y,) = double(x)
+    assert everywhere(torch.equal(heat_global(y), (full + 2) * 2))
+    (s,) = kvmap.map_batches(lambda v: v.sum(1))(x)
+    assert everywhere(torch.equal(heat_global(s), (full + 2).sum(1)))
+
+
+def test_dndarray_whose_shard_contradicts_its_layout_is_an_error_on_every_rank():
+    """A balanced DNDarray whose shard on one rank no longer has the shape its metadata gives
+    (its private storage replaced there, Heat's flags untouched), mapped before and after:
+    every rank raises (the original error on that rank, RemoteError elsewhere), none waits."""
+    x = ht.array(full_tensor(4 * P, 3, seed=51), split=0)
+    double = kvmap.vmap(lambda v: v * 2)
+    double(x)
+    bad = P - 1
+    if ME == bad:
+        x._DNDarray__array = torch.zeros(5, 3)
+    with pytest.raises(ValueError if ME == bad else kvmap.RemoteError,
+                       match="rank %d's (tensor|shard on rank %d) has shape|shard on rank %d has shape"
+                       % (bad, bad, bad)):
+        double(x)

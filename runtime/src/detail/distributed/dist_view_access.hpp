@@ -20,6 +20,14 @@ struct DistViewAccess {
   }
 };
 
+// A DistView of `local` under `layout`, with no communication: what this rank can check
+// alone is checked (dtype, device, strides, the layout's rank count), not that the tensor
+// has the layout's shape on this rank. Only for a caller whose next step is a collective
+// that checks every argument's shard against its layout in its plan (vmap's), so that a
+// wrong shape is still an error on every rank: the Python front-end's Heat DNDarrays.
+template <class M>
+DistView<M> adopt_without_agreement(const at::Tensor& local, Layout layout, Comm comm);
+
 // A collective factory: a new DistView of the balanced layout of gshape. Its plan records
 // the arguments (describe(signature), which may also check them), allocates this rank's
 // block and fills it (fill(view): local kernels only, so a failure is still agreed); the
