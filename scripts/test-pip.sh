@@ -4,6 +4,7 @@
 #     with no Kokkos named and no kvmap dependency cache: Kokkos is built into the wheel
 #     (from $KVMAP_SOURCES, default ../shared/third_party, where the sdist's build cannot look);
 #  2. everything the build used goes (the clone, the sdist, pip's build tree, the cache);
+#     the same sdist with Kokkos_ROOT builds a wheel that uses that Kokkos and ships none;
 #  3. the wheel is installed with its dependencies ([heat,test]) into a new venv in another
 #     directory, its ELF files' RPATHs are listed, and the Python tests run there (Heat's
 #     interop included) from outside any source tree, at 1-4 ranks (no PYTHONPATH, no
@@ -15,8 +16,10 @@ ranks=("$@")
 [ "${#ranks[@]}" -gt 0 ] || ranks=(1 2 3 4)
 
 # The torch wheel's venv builds the wheel (pip builds against the target environment's torch).
-deps="$(KVMAP_TORCH2=1 "$KVMAP_SOURCE_DIR/scripts/install-deps.sh")"
+# (Kokkos 4.6.01 of the dependency cache: only for the wheel built with a named Kokkos.)
+deps="$(KVMAP_TORCH2=1 KVMAP_KOKKOS4=1 "$KVMAP_SOURCE_DIR/scripts/install-deps.sh")"
 py="$(sed -n 's/^torch2-python=//p' <<<"$deps")"
+kokkos4="$(sed -n 's/^kokkos4=//p' <<<"$deps")"
 export OMP_PROC_BIND="${OMP_PROC_BIND:-false}" OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 unset PYTHONPATH LD_LIBRARY_PATH
@@ -57,7 +60,21 @@ grep -E -- "-- kvmap: (Kokkos|wheel RPATHs)" "$work/wheel.log" | sed 's/^ *-- /[
 wheel="$(ls "$work"/wheelhouse/kvmap-*.whl)"
 log "built $(basename "$wheel") in $built s: $(du -k "$wheel" | cut -f1) KiB"
 mkdir -p "$work/keep" && mv "$wheel" "$work/keep/" && wheel="$work/keep/$(basename "$wheel")"
-rm -rf "$work/src" "$work/dist" "$work/wheelhouse" "$work/cache"
+
+# A named Kokkos wins (an HPC site's, spack's): the same sdist with Kokkos_ROOT builds no
+# Kokkos, ships none, and keeps that Kokkos' directory in its RPATH.
+log "pip wheel with Kokkos_ROOT=$kokkos4"
+Kokkos_ROOT="$kokkos4" "$py" -m pip wheel -v --no-deps -w "$work/named" "$sdist" >"$work/named.log" 2>&1 ||
+  { tail -n 80 "$work/named.log"; exit 1; }
+if grep -q -- "-- kvmap: Kokkos 4.6.01 (OpenMP + Serial): configure" "$work/named.log" ||
+   unzip -l "$work/named"/kvmap-*.whl | grep -q "libkokkoscore"; then
+  log "the wheel built with Kokkos_ROOT built or ships a Kokkos of its own"; exit 1
+fi
+mkdir -p "$work/named/x" && (cd "$work/named/x" && unzip -q ../kvmap-*.whl)
+readelf -d "$work"/named/x/kvmap/_kvmap*.so | grep -q "R[UN]*PATH.*$kokkos4/lib" ||
+  { log "the extension does not find the named Kokkos:"; readelf -d "$work"/named/x/kvmap/_kvmap*.so | grep PATH; exit 1; }
+log "  named Kokkos: used, not shipped, in the RPATH ($kokkos4/lib)"
+rm -rf "$work/src" "$work/dist" "$work/wheelhouse" "$work/cache" "$work/named"
 
 log "new venv $venv, pip install $(basename "$wheel")[heat,test]"
 base="$("$py" -c 'import sys; print(sys._base_executable)')"
