@@ -702,6 +702,17 @@ struct Plan {
   }
 };
 
+// Whether a shard of `extents` is what `layout` gives `rank` (lshape, without allocating).
+bool shard_fits(const Shape& extents, const Layout& layout, int rank) {
+  const Shape& g = layout.gshape();
+  if (extents.size() != g.size()) return false;
+  for (std::size_t d = 0; d < g.size(); ++d) {
+    const bool split = layout.split() && static_cast<std::size_t>(*layout.split()) == d;
+    if (extents[d] != (split ? layout.count(rank) : g[d])) return false;
+  }
+  return true;
+}
+
 Plan plan_call(Signature& sig, const VmapCall& c, const StreamState& stream) {
   ScopedRegion region("kvmap::vmap/validate");
   const VmapOptions& options = c.options;
@@ -732,7 +743,7 @@ Plan plan_call(Signature& sig, const VmapCall& c, const StreamState& stream) {
     // A DistView's shard has its layout's shape; one adopted by a front-end without an
     // agreement of its own (a Heat DNDarray in Python) is checked here, so that a shard of
     // another shape is an error on every rank.
-    KVMAP_CHECK(a.block.extents == a.layout.lshape(rank), ValueError,
+    KVMAP_CHECK(shard_fits(a.block.extents, a.layout, rank), ValueError,
                 c.who() << ": argument " << k << "'s shard on rank " << rank << " has shape "
                         << to_string(a.block.extents) << ", but its layout " << a.layout
                         << " gives it " << to_string(a.layout.lshape(rank)));
