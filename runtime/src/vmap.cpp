@@ -735,20 +735,22 @@ Plan plan_call(Signature& sig, const VmapCall& c, const StreamState& stream) {
     sig.arg("generator_state_bytes", GeneratorScope::state_bytes(c.device));
   }
   Plan p;
+  for (const ArrayArg& a : c.arrays) {
+    sig.arg("array", a.layout).arg("dtype", a.dtype);
+    sig.arg("array_comm", a.comm_id);
+  }
+  std::tie(p.lead, p.batch) = validate_arrays(c.arrays, c.who());
+  // A DistView's shard has its layout's shape; one adopted by a front-end without an
+  // agreement of its own (a Heat DNDarray in Python) is checked here, so that a shard of
+  // another shape is an error on every rank. (All arrays live on the call's communicator.)
   const int rank = c.comm.rank();
   for (std::size_t k = 0; k < c.arrays.size(); ++k) {
     const ArrayArg& a = c.arrays[k];
-    sig.arg("array", a.layout).arg("dtype", a.dtype);
-    sig.arg("array_comm", a.comm_id);
-    // A DistView's shard has its layout's shape; one adopted by a front-end without an
-    // agreement of its own (a Heat DNDarray in Python) is checked here, so that a shard of
-    // another shape is an error on every rank.
     KVMAP_CHECK(shard_fits(a.block.extents, a.layout, rank), ValueError,
                 c.who() << ": argument " << k << "'s shard on rank " << rank << " has shape "
                         << to_string(a.block.extents) << ", but its layout " << a.layout
                         << " gives it " << to_string(a.layout.lshape(rank)));
   }
-  std::tie(p.lead, p.batch) = validate_arrays(c.arrays, c.who());
   return p;
 }
 
