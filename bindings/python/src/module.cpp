@@ -12,9 +12,7 @@
 
 #include <mpi.h>
 
-#include <algorithm>
 #include <cstdlib>
-#include <iterator>
 #include <string>
 #include <variant>
 #include <vector>
@@ -522,11 +520,14 @@ py::object adopt_dndarray(const HeatObjects& h, PyObject* x) {
   // whose shard changed shape), and a rank that gathers counts while the others went on to
   // the call's agreement would wait forever. On one rank nothing can diverge.
   const bool alone = c.size() == 1;
-  PyDistView adopted = in_space(place_of(t), [&](auto space) {
+  PyDistView adopted(in_space(place_of(t), [&](auto space) -> AnyView {
     using M = typename decltype(space)::type;
-    if (!alone) return PyDistView(kvmap::DistView<M>::from_local(t, layout, c));
-    return PyDistView(kvmap::Detail::adopt_without_agreement<M>(t, std::move(layout), c));
-  });
+    if (!alone) {
+      py::gil_scoped_release release;  // a collective: other Python threads run meanwhile
+      return kvmap::DistView<M>::from_local(t, layout, c);
+    }
+    return kvmap::Detail::adopt_without_agreement<M>(t, std::move(layout), c);
+  }));
   adopted.comm = comm;  // Heat's communication: the results' (to_heat)
   py::object view = py::cast(std::move(adopted));
   if (alone) {
