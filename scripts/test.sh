@@ -9,7 +9,7 @@
 #                                    # at 1-4 ranks, the install test, Python tests with mpi4py
 #                                    # built for MPICH (skipped, with the reason, where it
 #                                    # cannot be built)
-#   scripts/test.sh --pip [ranks]    # pip install into the torch2 venv, Python tests, uninstall
+#   scripts/test.sh --pip [ranks]    # pip wheel (Kokkos inside), a new venv, Python tests, uninstall
 #   scripts/test.sh --cuda-compile   # compile only, no GPU needed: libkvmap, every test
 #                                    # executable, the examples, kvmap-perf and the Python
 #                                    # extension against Kokkos
