@@ -122,11 +122,20 @@ TEST_CASE("out of memory above a chunk length, on one rank: halves until it fits
       }
     }
   }
-  // chunk_size(auto_chunk) too: the probe of 16 halves to 4, what fits is measured there.
+  // chunk_size(auto_chunk) too: the second probe (as many samples as the first allows, all
+  // 36 left) halves until it fits, and what fitted is the chunk size from then on.
   kvmap::reset_stats();
   auto a = kvmap::vmap(per_sample,
                        VmapOptions().chunk_size(kvmap::auto_chunk).memory_budget(1 << 30))(x);
   CHECK(at::equal(a.allgather(), ref));
+  const kvmap::Stats s = kvmap::stats();
+  if (rank() == victim) {
+    CHECK(s.chunk_retries >= 3);  // 36 -> 18 -> 9 -> 4 or 5
+    CHECK(s.auto_chunk_size <= 5);
+    CHECK(s.auto_chunk_size >= 4);
+  } else {
+    CHECK(s.chunk_retries == 0);
+  }
 }
 
 TEST_CASE("one sample that does not fit is an error on every rank") {

@@ -616,39 +616,41 @@ LocalRun run_local(const VmapCall& c, std::int64_t n_local, const ChunkRunner& r
   first.clear();
 
   const std::vector<OutputMeta>& expected = out.metas;
-  // Samples [start, start + len), in halves while f runs out of memory.
+  // Samples [start, start + len), in halves while f runs out of memory; with `fitted`, the
+  // shortest length that ran is kept there.
   auto run_fitting = [&](auto& self, std::int64_t start, std::int64_t len,
-                         std::int64_t* halved) -> void {
+                         std::int64_t* fitted) -> void {
     std::exception_ptr failure;
     try {
       write(start, runner.run_next(start, len, plan.rows(len, plan.rest_rows), expected));
+      if (fitted) *fitted = std::min(*fitted, len);
       return;
     } catch (...) {
       failure = std::current_exception();
     }
     halve_or_rethrow(c, plan, len, plan.rest_rows, failure);
     failure = nullptr;
-    if (halved) ++*halved;
-    self(self, start, len / 2, halved);
-    self(self, start + len / 2, len - len / 2, halved);
+    self(self, start, len / 2, fitted);
+    self(self, start + len / 2, len - len / 2, fitted);
   };
   std::int64_t done = plan.first;  // samples written
   if (automatic && plan.rest > 1) {
     // The second probe: chunk 1, of the size chunk 0 allowed, measured on this thread.
     ScopedRegion region("kvmap::vmap/chunk");
     probed.second_len = std::min(plan.rest, n_local - done);
-    std::int64_t halved = 0;
+    std::int64_t fitted = probed.second_len;
     {
       MemoryProbe probe;
-      run_fitting(run_fitting, done, probed.second_len, &halved);
+      run_fitting(run_fitting, done, probed.second_len, &fitted);
       probed.second_peak = probe.peak_bytes();
     }
     done += probed.second_len;
     out.chunks += 1;
-    if (halved == 0) {
+    if (fitted == probed.second_len) {
       choose_chunk(c, plan, out.metas, n_local, budget, probed);
     } else {  // it did not fit as a whole: what did is the chunk size from now on
-      plan.rest = plan.rest_rows = std::max<std::int64_t>(1, probed.second_len >> halved);
+      plan.rest = plan.rest_rows = fitted;
+      record_auto_chunk(fitted, probed.first_len > 0 ? probed.first_peak / probed.first_len : 0);
     }
   }
   if (done == n_local) return out;

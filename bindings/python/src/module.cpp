@@ -12,6 +12,7 @@
 
 #include <mpi.h>
 
+#include <array>
 #include <cstdlib>
 #include <string>
 #include <variant>
@@ -263,6 +264,21 @@ struct PyMapped {
 // The Python front-end of kvmap's one vmap core (kvmap.vmap and kvmap.map_batches): it
 // converts the arguments, f and f's results; slot mapping, agreement, chunks and assembly
 // are the core's. `args` holds DistViews only.
+// The DistViews of a call's positional arguments: on the stack for the usual few (a call
+// makes no heap allocation for them).
+class ArgViews {
+ public:
+  explicit ArgViews(Py_ssize_t n) {
+    if (n > static_cast<Py_ssize_t>(small_.size())) big_.resize(static_cast<std::size_t>(n));
+  }
+  const PyDistView*& operator[](Py_ssize_t i) { return data()[i]; }
+  const PyDistView** data() { return big_.empty() ? small_.data() : big_.data(); }
+
+ private:
+  std::array<const PyDistView*, 8> small_{};
+  std::vector<const PyDistView*> big_;
+};
+
 // The results of a call and the Python communicator they live on (their inputs').
 struct VmapResults {
   std::vector<AnyView> views;
@@ -270,9 +286,8 @@ struct VmapResults {
 };
 
 // `views`: the DistViews of the positional arguments.
-VmapResults run_vmap_views(const PyMapped& m, const std::vector<const PyDistView*>& views,
+VmapResults run_vmap_views(const PyMapped& m, const PyDistView* const* views, Py_ssize_t nargs,
                            PyObject* kwargs) {
-  const auto nargs = static_cast<Py_ssize_t>(views.size());
   // Copies of the DistViews: their memory stays alive for the whole call, even when Python
   // code on another thread rebinds or rebalances the arguments while the GIL is released.
   // All in one memory space (f's tensors live there), the first's.
@@ -281,7 +296,7 @@ VmapResults run_vmap_views(const PyMapped& m, const std::vector<const PyDistView
   py::object comm = py::none();
   Place place = Place::Host;
   for (Py_ssize_t i = 0; i < nargs; ++i) {
-    const PyDistView& d = *views[static_cast<std::size_t>(i)];
+    const PyDistView& d = *views[i];
     if (i == 0) place = d.place();
     if (d.place() != place) {
       throw py::type_error(std::string(m.who()) +
@@ -367,12 +382,11 @@ VmapResults run_vmap_views(const PyMapped& m, const std::vector<const PyDistView
 // A call on DistViews only (`args`): DistViews on their inputs' communicator.
 py::tuple run_vmap(const PyMapped& m, PyObject* args, PyObject* kwargs) {
   const Py_ssize_t nargs = PyTuple_GET_SIZE(args);
-  std::vector<const PyDistView*> views(static_cast<std::size_t>(nargs));
+  ArgViews views(nargs);
   for (Py_ssize_t i = 0; i < nargs; ++i) {
-    views[static_cast<std::size_t>(i)] =
-        &py::handle(PyTuple_GET_ITEM(args, i)).cast<const PyDistView&>();
+    views[i] = &py::handle(PyTuple_GET_ITEM(args, i)).cast<const PyDistView&>();
   }
-  VmapResults r = run_vmap_views(m, views, kwargs);
+  VmapResults r = run_vmap_views(m, views.data(), nargs, kwargs);
   py::tuple result(r.views.size());
   for (std::size_t k = 0; k < r.views.size(); ++k) {
     PyDistView out(std::move(r.views[k]));
@@ -639,7 +653,7 @@ py::tuple run_with_dndarrays(const PyMapped& m, PyObject* args, PyObject* kwargs
   const Py_ssize_t nargs = PyTuple_GET_SIZE(args);
   std::vector<py::object> adopted;  // alive for the call
   adopted.reserve(static_cast<std::size_t>(nargs));
-  std::vector<const PyDistView*> views(static_cast<std::size_t>(nargs));
+  ArgViews views(nargs);
   for (Py_ssize_t i = 0; i < nargs; ++i) {
     PyObject* a = PyTuple_GET_ITEM(args, i);
     if (i >= first_foreign && is_dndarray(h, a)) {
@@ -651,9 +665,9 @@ py::tuple run_with_dndarrays(const PyMapped& m, PyObject* args, PyObject* kwargs
                            std::string(py::str(py::type::of(py::handle(a)))) +
                            " (pass other arguments as keywords)");
     }
-    views[static_cast<std::size_t>(i)] = &py::handle(a).cast<const PyDistView&>();
+    views[i] = &py::handle(a).cast<const PyDistView&>();
   }
-  VmapResults r = run_vmap_views(m, views, kwargs);
+  VmapResults r = run_vmap_views(m, views.data(), nargs, kwargs);
   py::tuple out(r.views.size());
   for (std::size_t k = 0; k < r.views.size(); ++k) {
     PyTuple_SET_ITEM(out.ptr(), static_cast<Py_ssize_t>(k),
