@@ -4,7 +4,8 @@
 #   2. Kokkos + Kokkos Kernels 3.4.01 (OpenMP + Serial) built from Debian's own
 #      trilinos source package into a reusable prefix;
 #   3. with KVMAP_TORCH2=1: LibTorch 2.x from PyPI's torch wheel, in a venv of Python >= 3.12
-#      with mpi4py, pybind11, pytest and Heat (the Python side of the torch2 configuration);
+#      with mpi4py, pybind11, pytest, Heat and nlohmann-json (the header torch's headers
+#      include but do not ship) (the Python side of the torch2 configuration);
 #   4. with KVMAP_MPICH=1: Debian's MPICH beside Open MPI, and a venv of Debian's Python (its
 #      torch 1.13 included) with mpi4py built from PyPI's source for MPICH;
 #   5. with KVMAP_KOKKOS4=1: Kokkos + Kokkos Kernels 4.6.01 (OpenMP + Serial, C++20) from
@@ -31,7 +32,7 @@
 #   KVMAP_CUDA=1       also build the CUDA Kokkos ($KVMAP_DEPS_PREFIX/kokkos-4.6.01-cuda)
 #   KVMAP_HIP=1        also install hipcc and build the HIP Kokkos (.../kokkos-4.6.01-hip)
 #   KVMAP_SOURCES      where the Kokkos 4.6.01 archives are (default ../shared/third_party)
-# Prints "torch2-python=<venv python>" (with KVMAP_TORCH2=1), "mpich-python=<venv python>" or
+# Prints "torch2-python=<venv python>" and "wheelhouse=<dir of its wheels>" (with KVMAP_TORCH2=1), "mpich-python=<venv python>" or
 # "mpich-python-skipped=<reason>" (with KVMAP_MPICH=1), "kokkos4=<prefix>",
 # "cuda-kokkos=<prefix>", "hip-kokkos=<prefix>" (with KVMAP_KOKKOS4, KVMAP_CUDA, KVMAP_HIP),
 # then the Kokkos 3.4.01 (OpenMP) prefix on its last line.
@@ -60,13 +61,20 @@ as_root() {
   fi
 }
 
+# What the README's Quick start says these scripts install (tests/readme_prerequisites.py
+# checks that it names exactly this list): build tools; LibTorch with an optimized BLAS, Open
+# MPI, doctest; the Python bindings' build and test dependencies; the test suite's tools
+# (callgrind instruction counts, the format check, the perf plot's test).
 packages=(
-  build-essential cmake ninja-build ccache pkg-config dpkg-dev clang-format valgrind
-  libtorch-dev libopenblas0-openmp python3-matplotlib
-  libopenmpi-dev openmpi-bin
-  doctest-dev
+  build-essential cmake ninja-build ccache
+  libtorch-dev libopenblas0-openmp libopenmpi-dev openmpi-bin doctest-dev
   python3 python3-dev pybind11-dev python3-torch python3-mpi4py python3-pytest python3-numpy
+  valgrind clang-format python3-matplotlib
 )
+if [ "${1:-}" = --list-packages ]; then
+  echo "${packages[*]}"
+  exit 0
+fi
 if [ "${KVMAP_FUZZ_DEPS:-0}" = 1 ]; then
   packages+=(clang libclang-rt-14-dev)
 fi
@@ -86,8 +94,7 @@ if [ "${KVMAP_HIP:-0}" = 1 ]; then
   packages+=(hipcc libamdhip64-dev rocm-device-libs libthrust-dev)
 fi
 if [ "${KVMAP_TORCH2:-0}" = 1 ]; then
-  # The wheel ships ATen/functorch headers that include nlohmann/json.hpp but not that header.
-  packages+=(nlohmann-json3-dev python3-venv)
+  packages+=(python3-venv)
 fi
 
 missing_packages() {
@@ -121,7 +128,9 @@ fi
 # Tested: torch 2.14 (CUDA 13 wheel, runs on CPU-only machines) with Heat 1.9.0, which needs
 # Python >= 3.12. The range holds only what kvmap was tested with.
 torch2_spec="${KVMAP_TORCH2_SPEC:-torch>=2.14,<2.15}"
-torch2_extras=(heat==1.9.0 "mpi4py>=4" "pybind11>=2.11" pytest numpy)
+# nlohmann-json: the header torch 2.x's ATen/functorch headers include but the wheel does not
+# ship (cmake/KvmapTorch.cmake finds it in the venv, as pip's build finds its build requirement).
+torch2_extras=(heat==1.9.0 "mpi4py>=4" "pybind11>=2.11" pytest numpy "nlohmann-json>=3.11")
 
 python_at_least_312() {
   "$1" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else 1)' 2>/dev/null
@@ -142,6 +151,7 @@ find_base_python() {
 
 if [ "${KVMAP_TORCH2:-0}" = 1 ]; then
   venv="${KVMAP_DEPS_PREFIX:-$cache_root}/torch2-venv"
+  wheelhouse="${KVMAP_DEPS_PREFIX:-$cache_root}/wheelhouse"
   stamp="$venv/.kvmap-complete"
   want="$torch2_spec ${torch2_extras[*]}"
   if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && "$venv/bin/python" -c 'import torch' 2>/dev/null; then
@@ -156,12 +166,16 @@ if [ "${KVMAP_TORCH2:-0}" = 1 ]; then
     rm -rf "$venv"
     "$base" -m venv "$venv" >&2
     "$venv/bin/python" -m pip install -q --upgrade pip >&2
-    # Heat pins torch itself; both in one resolution, so the venv holds one torch.
-    "$venv/bin/python" -m pip install -q "$torch2_spec" "${torch2_extras[@]}" >&2
+    # Heat pins torch itself; both in one resolution, so the venv holds one torch. The wheels
+    # are kept in a wheelhouse (pip's own cache does not keep downloads that the index or a
+    # proxy marks uncacheable), from which the pip step's venvs install them again.
+    "$venv/bin/python" -m pip download -q -d "$wheelhouse" "$torch2_spec" "${torch2_extras[@]}" >&2
+    "$venv/bin/python" -m pip install -q --no-index --find-links "$wheelhouse" "$torch2_spec" "${torch2_extras[@]}" >&2
     echo "$want" >"$stamp"
     log "torch2 venv: $("$venv/bin/python" -c 'import torch; print("torch", torch.__version__)')"
   fi
   echo "torch2-python=$venv/bin/python"
+  echo "wheelhouse=$wheelhouse"
 fi
 
 # ---- MPICH: mpi4py built for it, in a venv of Debian's Python -------------------------------

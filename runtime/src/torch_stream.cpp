@@ -1,7 +1,6 @@
 // Torch on the Kokkos instance's device and stream (see torch_stream.hpp). The CUDA part is
-// compiled against the CUDA LibTorch's c10/cuda headers wherever LibTorch was built with CUDA
-// (KVMAP_TORCH_CUDA), also on machines without a GPU or a CUDA Kokkos, so that this interop
-// is compiled in every build that could use it; it calls no Kokkos.
+// compiled against the CUDA LibTorch's c10/cuda headers in builds whose Kokkos has the CUDA
+// backend (KVMAP_TORCH_CUDA; also on machines without a GPU); it calls no Kokkos.
 #include "detail/platform/torch_stream.hpp"
 
 #include <c10/core/DeviceGuard.h>
