@@ -58,7 +58,9 @@ find_package(Kokkos 3.4 HINTS ${_kvmap_cached_kokkos})
 if(NOT Kokkos_FOUND)
   message(FATAL_ERROR "kvmap: Kokkos not found. ${_kvmap_kokkos_howto}")
 endif()
-find_package(KokkosKernels HINTS ${_kvmap_cached_kokkos})
+# Kokkos Kernels is usually installed beside Kokkos (Kokkos_ROOT names that prefix only).
+get_filename_component(_kvmap_kokkos_prefix "${Kokkos_DIR}/../../.." ABSOLUTE)
+find_package(KokkosKernels HINTS ${_kvmap_cached_kokkos} "${_kvmap_kokkos_prefix}")
 if(NOT KokkosKernels_FOUND)
   message(FATAL_ERROR "kvmap: Kokkos ${Kokkos_VERSION} found in ${Kokkos_DIR}, but not Kokkos Kernels. "
                       "${_kvmap_kokkos_howto}")
