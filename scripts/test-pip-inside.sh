@@ -66,7 +66,7 @@ mkdir -p "$work/named/x" && "$py" -m zipfile -e "$work"/named/kvmap-*.whl "$work
 readelf -d "$work"/named/x/kvmap/_kvmap*.so | grep -q "R[UN]*PATH.*$kokkos4/lib" ||
   { log "the extension does not find the named Kokkos:"; readelf -d "$work"/named/x/kvmap/_kvmap*.so | grep PATH; exit 1; }
 log "  named Kokkos: used, not shipped, in the RPATH ($kokkos4/lib), built in $(($(date +%s) - start)) s"
-rm -rf "$work/dist" "$work/wheelhouse-out" "$work/named" "$HOME/.cache"
+rm -rf "$work/dist" "$work/wheelhouse-out" "$work/named" "$HOME/.cache/pip"
 
 venv="$work/elsewhere/venv"
 log "new venv $venv, pip install $(basename "$wheel")[heat,test]"
