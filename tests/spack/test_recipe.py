@@ -4,6 +4,7 @@ import glob
 import importlib.util
 import os
 import re
+import subprocess
 import sys
 import types
 
@@ -50,8 +51,14 @@ def test_versions_variants_dependencies(recipe):
     assert names(d, "maintainers")
     versions = {a[0]: kw for a, kw in names(d, "version")}
     assert versions["main"] == {"branch": "main"}
-    # A release is pinned to a commit (no tag lookups at concretization).
-    assert set(versions["0.1.0"]) == {"commit"} and re.fullmatch(r"[0-9a-f]{40}", versions["0.1.0"]["commit"])
+    # A release is pinned to a commit (no tag lookups at concretization); the newest is not
+    # deprecated, so that `spack install kvmap` takes it.
+    releases = sorted((v for v in versions if v != "main"), key=lambda v: tuple(map(int, v.split("."))))
+    for v in releases:
+        assert re.fullmatch(r"[0-9a-f]{40}", versions[v]["commit"]), v
+        assert set(versions[v]) <= {"commit", "deprecated"}
+    assert not versions[releases[-1]].get("deprecated")
+    assert len(releases) == 1 or versions["0.1.0"].get("deprecated") is True
     variants = {a[0] for a, kw in names(d, "variant")}
     assert variants == {"python", "perf", "shared", "gpu_aware_mpi"}
     # gpu_aware_mpi mirrors KVMAP_ENABLE_GPU_AWARE_MPI: AUTO (asked of the MPI at run time) by
@@ -70,6 +77,7 @@ def test_versions_variants_dependencies(recipe):
     assert "kokkos@3.4:" in deps and "kokkos-kernels" in deps and "mpi" in deps
     assert deps["py-torch@1.13:"] == [{}], "ATen/functorch exists from PyTorch 1.13"
     assert deps["doctest"] == [{"type": "test"}]
+    assert deps["nlohmann-json@3.11:"] == [{"type": "build", "when": "@0.2: ^py-torch@2:"}]
     assert deps["py-pybind11"][0]["when"] == "+python"
     assert deps["python@3.8:"][0]["when"] == "+python"
     # import kvmap imports torch: a run dependency of +python.
@@ -92,17 +100,30 @@ def test_versions_variants_dependencies(recipe):
         assert deps["kokkos+rocm amdgpu_target=%s" % target] == [{"when": when}]
         assert deps["py-torch+rocm amdgpu_target=%s" % target] == [{"when": when}]
         assert not any(r.startswith("amdgpu_target=") for r, _ in req)
-    assert deps["kokkos+wrapper"] == [{"when": "+cuda %gcc"}], "a CUDA Kokkos under GCC compiles with nvcc_wrapper"
+    # nvcc_wrapper where Kokkos is built by GCC: keyed on Kokkos' compiler, not kvmap's (a GCC
+    # Kokkos under a clang kvmap concretized to kokkos+cuda~wrapper, which Kokkos refuses).
+    assert deps["kokkos+wrapper"] == [{"when": "+cuda ^kokkos%gcc"}]
     assert deps["kokkos~cuda"] == [{"when": "~cuda"}] and deps["kokkos~rocm"] == [{"when": "~rocm"}]
     conflicts = {(a[0], kw.get("when")) for a, kw in names(d, "conflicts")}
     assert ("+cuda", "cuda_arch=none") in conflicts
     assert ("+rocm", "amdgpu_target=none") in conflicts
     assert ("+cuda", "+rocm") in conflicts
     assert ("gpu_aware_mpi=on", "~cuda ~rocm") in conflicts
-    # gpu_aware_mpi=on takes an MPI built to read device memory.
-    assert deps["mpich+cuda"] == [{"when": "+cuda gpu_aware_mpi=on ^[virtuals=mpi] mpich"}]
-    assert deps["openmpi+cuda"] == [{"when": "+cuda gpu_aware_mpi=on ^[virtuals=mpi] openmpi"}]
-    assert deps["mpich+rocm"] == [{"when": "+rocm gpu_aware_mpi=on ^[virtuals=mpi] mpich"}]
+    # CUDA through nvcc only: clang's own CUDA support lags the CUDA spack picks.
+    assert ("^kokkos%clang", "+cuda") in conflicts
+    assert ("%gcc", "+cuda") in req
+    # 0.1.0 has no run-time query: auto is refused there, for either GPU backend.
+    assert ("gpu_aware_mpi=auto", "@:0.1 +cuda") in conflicts and ("gpu_aware_mpi=auto", "@:0.1 +rocm") in conflicts
+    # gpu_aware_mpi=on takes an MPI built to read device memory, for the same GPU.
+    for mpi in ("mpich", "openmpi"):
+        for arch in CudaPackage.cuda_arch_values:
+            assert deps["%s+cuda cuda_arch=%s" % (mpi, arch)] == [
+                {"when": "+cuda cuda_arch=%s gpu_aware_mpi=on ^[virtuals=mpi] %s" % (arch, mpi)}]
+        for target in ROCmPackage.amdgpu_targets:
+            assert deps["%s+rocm amdgpu_target=%s" % (mpi, target)] == [
+                {"when": "+rocm amdgpu_target=%s gpu_aware_mpi=on ^[virtuals=mpi] %s" % (target, mpi)}]
+    # Kokkos Kernels keeps its default spaces: kvmap instantiates its BLAS-1 calls itself.
+    assert not any("execspace" in dep or "memspace" in dep for dep in deps)
     assert ("^kokkos-kernels@4:", "^kokkos@4:") in req
 
 
@@ -121,9 +142,28 @@ class Dep:
         return all(v in self.variants for v in constraint.split())
 
 
+def version_key(v):
+    """spack's order for kvmap's versions: numbered releases, then main above all."""
+    return (1,) if v == "main" else (0,) + tuple(int(x) for x in v.split("."))
+
+
+def version_in(v, lo, hi):
+    """v in spack's range lo:hi (either end open; hi=0.1 includes 0.1.x)."""
+    key = version_key(v)
+    if lo and key < version_key(lo):
+        return False
+    if hi:
+        h = version_key(hi)
+        return key <= h or key[:len(h)] == h
+    return True
+
+
 class Spec:
-    def __init__(self, variants, mpi="openmpi", kokkos_variants=(), kokkos_external=False):
+    def __init__(self, variants, mpi="openmpi", kokkos_variants=(), kokkos_external=False, version="main",
+                 torch_version="2.14.0"):
         self.variants = variants
+        self.version = version
+        self.torch_version = torch_version
         self.mpi = mpi
         self.deps = {
             "cmake": Dep("/opt/cmake"),
@@ -133,6 +173,7 @@ class Spec:
             "kokkos": Dep("/opt/kokkos", kokkos_variants, kokkos_external,
                           kokkos_cxx="/opt/kokkos-nvcc-wrapper/bin/nvcc_wrapper"),
             "kokkos-kernels": Dep("/opt/kokkos-kernels"),
+            "nlohmann-json": Dep("/opt/nlohmann-json"),
             "py-torch": Dep(cmake_prefix_paths=["/opt/python/lib/python3.11/site-packages/torch/share/cmake"]),
             "python": Dep("/opt/python", command=types.SimpleNamespace(path="/opt/python/bin/python3")),
         }
@@ -141,8 +182,19 @@ class Spec:
         return self.deps[name]
 
     def satisfies(self, constraint):
+        if " " in constraint:
+            return all(self.satisfies(c) for c in constraint.split())
+        if constraint.startswith("^py-torch@"):
+            lo, _, hi = constraint[len("^py-torch@"):].partition(":")
+            return version_in(self.torch_version, lo, hi)
         if constraint.startswith("^"):
             return constraint[1:] == self.mpi
+        if constraint.startswith("@"):
+            lo, _, hi = constraint[1:].partition(":")
+            return version_in(self.version, lo, hi)
+        if "=" in constraint:
+            name, _, value = constraint.partition("=")
+            return self.variants.get(name) == value
         return constraint.startswith("+") and bool(self.variants.get(constraint[1:]))
 
 
@@ -154,17 +206,36 @@ def make(module, variants, **kw):
     return pkg
 
 
+def cmake_declarations(text):
+    """The option() and cache variables one CMake file declares."""
+    return set(re.findall(r"option\(\s*([A-Za-z_0-9]+)", text)) | \
+        set(re.findall(r"set\(\s*([A-Za-z_0-9]+)\s+[^)]*\bCACHE\b", text))
+
+
 def project_cmake_variables():
-    """Every option() and cache variable the project's CMake declares."""
+    """Every option() and cache variable the project's CMake (the working tree) declares."""
     found = set()
     files = [os.path.join(ROOT, "CMakeLists.txt")] + glob.glob(os.path.join(ROOT, "*", "**", "*.cmake"), recursive=True) \
         + glob.glob(os.path.join(ROOT, "*", "**", "CMakeLists.txt"), recursive=True)
     for path in files:
         if "/build/" in path:
             continue
-        text = open(path).read()
-        found |= set(re.findall(r"option\(\s*([A-Za-z_0-9]+)", text))
-        found |= set(re.findall(r"set\(\s*([A-Za-z_0-9]+)\s+[^)]*\bCACHE\b", text))
+        found |= cmake_declarations(open(path).read())
+    return found
+
+
+def git(*args):
+    return subprocess.run(["git", "-C", ROOT] + list(args), capture_output=True, text=True)
+
+
+def cmake_variables_at(commit):
+    """Every option() and cache variable the project's CMake declares at a commit."""
+    listing = git("ls-tree", "-r", "--name-only", commit)
+    assert listing.returncode == 0, listing.stderr
+    found = set()
+    for path in listing.stdout.split():
+        if path.endswith("CMakeLists.txt") or path.endswith(".cmake"):
+            found |= cmake_declarations(git("show", "%s:%s" % (commit, path)).stdout)
     return found
 
 
@@ -191,6 +262,11 @@ def test_cmake_args_use_defines_of_existing_options(recipe, python):
     assert ("KVMAP_PYTHON_INSTALL_DIR" in defined) == python
     if python:
         assert defined["KVMAP_PYTHON_INSTALL_DIR"] == "lib/python3.11/site-packages"
+    # torch 2.x's headers need nlohmann/json.hpp, which PyTorch does not install.
+    assert defined["KVMAP_NLOHMANN_JSON_INCLUDE_DIR"] == "/opt/nlohmann-json/include"
+    old_torch = make(module, {"python": python, "perf": True, "shared": False}, torch_version="1.13.1")
+    old_torch.cmake_args()
+    assert "KVMAP_NLOHMANN_JSON_INCLUDE_DIR" not in {n for n, _, _ in old_torch.defined}
     # A CPU build keeps the compiler spack chose.
     assert "CMAKE_CXX_COMPILER" not in defined and "KVMAP_ENABLE_GPU_AWARE_MPI" not in defined
     variant_names = {n for n, _, how in pkg.defined if how == "define_from_variant"}
@@ -251,3 +327,55 @@ def test_smoke_test_builds_the_installed_example(recipe, mpi, root, monkeypatch)
             pkg.test_particles()
     with open(os.path.join(ROOT, "CMakeLists.txt")) as f:
         assert "examples/particles DESTINATION ${CMAKE_INSTALL_DATADIR}/kvmap/examples" in f.read()
+
+
+def recipe_versions(directives):
+    return {a[0]: kw for a, kw in names(directives, "version")}
+
+
+# The specs whose cmake_args are checked at every version: CPU with and without Python, and
+# each GPU backend with each gpu_aware_mpi value the version allows.
+SPEC_VARIANTS = [
+    {"python": True, "perf": True, "shared": True},
+    {"python": False, "perf": False, "shared": False},
+] + [{"python": False, "perf": True, "shared": True, gpu: True, "gpu_aware_mpi": mode}
+     for gpu in ("cuda", "rocm") for mode in ("auto", "on", "off")]
+
+
+def test_every_version_gets_only_options_its_cmake_declares(recipe):
+    """Each version() builds what the recipe says: every CMake variable cmake_args passes to a
+    version is declared by that version's own CMake (main: this checkout; a release: its
+    commit), so a release can never again receive options it does not know (0.1.0 once got
+    gpu_aware_mpi's "auto", which its on/off option read as ON)."""
+    module, d = recipe
+    if git("rev-parse", "--is-shallow-repository").stdout.strip() == "true":
+        pytest.skip("a shallow clone holds no release commits to read")
+    conflicts = [(a[0], kw.get("when", "")) for a, kw in names(d, "conflicts")]
+    checked = 0
+    for version, kw in recipe_versions(d).items():
+        if "commit" in kw:
+            assert git("cat-file", "-e", kw["commit"] + "^{commit}").returncode == 0, \
+                "kvmap@%s's commit %s is not in this repository's history" % (version, kw["commit"])
+            known = cmake_variables_at(kw["commit"])
+        else:
+            known = project_cmake_variables()
+        for variants in SPEC_VARIANTS:
+            pkg = make(module, dict(variants), version=version)
+            # A spec the recipe refuses (a conflict) is never built: skip it.
+            if any(all(pkg.spec.satisfies(c) for c in (what + " " + when).split()) for what, when in conflicts):
+                continue
+            pkg.cmake_args()
+            for name, value, _ in pkg.defined:
+                assert name in known or name in CMAKE_OWN, \
+                    "kvmap@%s: cmake_args passes %s, which its CMake does not declare" % (version, name)
+            defined = {n: v for n, v, _ in pkg.defined}
+            if "KVMAP_ENABLE_GPU_AWARE_MPI" in defined:
+                at = kw.get("commit")
+                cmake = git("show", "%s:CMakeLists.txt" % at).stdout if at else open(os.path.join(ROOT, "CMakeLists.txt")).read()
+                value = defined["KVMAP_ENABLE_GPU_AWARE_MPI"]
+                if re.search(r"option\(\s*KVMAP_ENABLE_GPU_AWARE_MPI", cmake):
+                    assert isinstance(value, bool), "kvmap@%s: an on/off option gets %r" % (version, value)
+                else:
+                    assert str(value).upper() in ("AUTO", "ON", "OFF")
+            checked += 1
+    assert checked >= 2 * len(recipe_versions(d))

@@ -21,7 +21,11 @@ class Kvmap(CMakePackage, CudaPackage, ROCmPackage):
     maintainers("kvmap")
     license("BSD-3-Clause", checked_by="kvmap")
 
+    # Each release is pinned to a commit, and cmake_args passes a release only the options its
+    # own CMake declares (tests/spack/test_recipe.py reads every listed commit's CMake files).
     version("main", branch="main")
+    # 0.1.0 knows no run-time GPU-aware query (KVMAP_ENABLE_GPU_AWARE_MPI was on/off) and no
+    # KVMAP_ENABLE_CCACHE; superseded by 0.2.0.
     version("0.1.0", commit="e3c0213fd54bd5e12fef87db78e8580cd300de3e")
 
     variant("python", default=True, description="Build the Python bindings (import kvmap)")
@@ -47,6 +51,9 @@ class Kvmap(CMakePackage, CudaPackage, ROCmPackage):
     # LibTorch comes from PyTorch (its CMake package lives under torch/share/cmake);
     # ATen/functorch, which kvmap drives, exists from PyTorch 1.13.
     depends_on("py-torch@1.13:")
+    # torch 2.x's ATen/functorch headers include nlohmann/json.hpp, which PyTorch does not
+    # install; kvmap's CMake is told where it is (KVMAP_NLOHMANN_JSON_INCLUDE_DIR).
+    depends_on("nlohmann-json@3.11:", type="build", when="@0.2: ^py-torch@2:")
     depends_on("mpi")
     depends_on("doctest", type="test")
 
@@ -62,17 +69,38 @@ class Kvmap(CMakePackage, CudaPackage, ROCmPackage):
     conflicts("+cuda", when="+rocm", msg="one GPU backend at a time")
     conflicts("gpu_aware_mpi=on", when="~cuda ~rocm",
               msg="gpu_aware_mpi=on gives MPI device memory: it needs +cuda or +rocm")
+    for gpu in ("+cuda", "+rocm"):
+        conflicts("gpu_aware_mpi=auto", when=f"@:0.1 {gpu}",
+                  msg="kvmap 0.1.0 cannot ask the MPI library at run time: choose gpu_aware_mpi=on or off")
     for arch in CudaPackage.cuda_arch_values:
         depends_on(f"kokkos+cuda+cuda_lambda cuda_arch={arch}", when=f"+cuda cuda_arch={arch}")
         depends_on(f"py-torch+cuda cuda_arch={arch}", when=f"+cuda cuda_arch={arch}")
     for target in ROCmPackage.amdgpu_targets:
         depends_on(f"kokkos+rocm amdgpu_target={target}", when=f"+rocm amdgpu_target={target}")
         depends_on(f"py-torch+rocm amdgpu_target={target}", when=f"+rocm amdgpu_target={target}")
-    # gpu_aware_mpi=on: an MPI that reads device memory.
-    depends_on("mpich+cuda", when="+cuda gpu_aware_mpi=on ^[virtuals=mpi] mpich")
-    depends_on("openmpi+cuda", when="+cuda gpu_aware_mpi=on ^[virtuals=mpi] openmpi")
-    depends_on("mpich+rocm", when="+rocm gpu_aware_mpi=on ^[virtuals=mpi] mpich")
-    depends_on("kokkos+wrapper", when="+cuda %gcc")
+    # gpu_aware_mpi=on: an MPI that reads device memory, built for the same GPU.
+    for arch in CudaPackage.cuda_arch_values:
+        for mpi in ("mpich", "openmpi"):
+            depends_on(f"{mpi}+cuda cuda_arch={arch}",
+                       when=f"+cuda cuda_arch={arch} gpu_aware_mpi=on ^[virtuals=mpi] {mpi}")
+    for target in ROCmPackage.amdgpu_targets:
+        for mpi in ("mpich", "openmpi"):
+            depends_on(f"{mpi}+rocm amdgpu_target={target}",
+                       when=f"+rocm amdgpu_target={target} gpu_aware_mpi=on ^[virtuals=mpi] {mpi}")
+    # CUDA is compiled by nvcc: Kokkos built by GCC compiles through its nvcc_wrapper (Kokkos'
+    # recipe refuses +cuda ~wrapper under GCC), and kvmap through the same wrapper. A Kokkos
+    # built by clang would compile CUDA with clang itself, which supports only CUDA releases
+    # older than that clang (clang 15: up to CUDA 11.5, while spack picks CUDA 12).
+    depends_on("kokkos+wrapper", when="+cuda ^kokkos%gcc")
+    conflicts("^kokkos%clang", when="+cuda",
+              msg="kvmap+cuda compiles CUDA with nvcc: build Kokkos with GCC (^kokkos%gcc, "
+              "which gets nvcc_wrapper), not with clang's own CUDA support")
+    requires("%gcc", when="+cuda", msg="kvmap+cuda compiles through Kokkos' nvcc_wrapper on GCC")
+    # Kokkos Kernels keeps its default execution and memory spaces (no CUDA/HIP explicit
+    # instantiations): kvmap instantiates the few BLAS-1 kernels it calls (dot, nrm2, axpby on
+    # device views) from the headers in its own translation units, as its CI's CUDA and HIP
+    # builds do; asking for device instantiations would add a long Kokkos Kernels build for
+    # nothing kvmap calls.
     depends_on("kokkos~cuda", when="~cuda")
     depends_on("kokkos~rocm", when="~rocm")
     depends_on("hip", when="+rocm")
@@ -107,14 +135,21 @@ class Kvmap(CMakePackage, CudaPackage, ROCmPackage):
             self.define_from_variant("BUILD_SHARED_LIBS", "shared"),
             self.define("KVMAP_ENABLE_TESTS", self.run_tests),
             self.define("KVMAP_ENABLE_EXAMPLES", False),
-            # spack's compiler wrappers are the launcher; no ccache around them.
-            self.define("KVMAP_ENABLE_CCACHE", False),
             self.define("Kokkos_ROOT", spec["kokkos"].prefix),
             self.define("KokkosKernels_ROOT", spec["kokkos-kernels"].prefix),
             self.define("Torch_DIR", join_path(torch_cmake, "Torch")),
         ]
+        if spec.satisfies("@0.2:"):
+            # spack's compiler wrappers are the launcher; no ccache around them.
+            args.append(self.define("KVMAP_ENABLE_CCACHE", False))
+        if spec.satisfies("@0.2: ^py-torch@2:"):
+            args.append(self.define("KVMAP_NLOHMANN_JSON_INCLUDE_DIR", spec["nlohmann-json"].prefix.include))
         if spec.satisfies("+cuda") or spec.satisfies("+rocm"):
-            args.append(self.define_from_variant("KVMAP_ENABLE_GPU_AWARE_MPI", "gpu_aware_mpi"))
+            if spec.satisfies("@0.2:"):
+                args.append(self.define_from_variant("KVMAP_ENABLE_GPU_AWARE_MPI", "gpu_aware_mpi"))
+            else:
+                # 0.1.0: an on/off option (auto is a conflict above).
+                args.append(self.define("KVMAP_ENABLE_GPU_AWARE_MPI", spec.satisfies("gpu_aware_mpi=on")))
         compiler = self._kokkos_compiler()
         if compiler:
             args.append(self.define("CMAKE_CXX_COMPILER", compiler))
