@@ -24,9 +24,10 @@ class Kvmap(CMakePackage, CudaPackage, ROCmPackage):
     # Each release is pinned to a commit, and cmake_args passes a release only the options its
     # own CMake declares (tests/spack/test_recipe.py reads every listed commit's CMake files).
     version("main", branch="main")
+    version("0.2.0", commit="17c0b796950fdda75aaf1c903d5bf79c4662ad74")
     # 0.1.0 knows no run-time GPU-aware query (KVMAP_ENABLE_GPU_AWARE_MPI was on/off) and no
     # KVMAP_ENABLE_CCACHE; superseded by 0.2.0.
-    version("0.1.0", commit="e3c0213fd54bd5e12fef87db78e8580cd300de3e")
+    version("0.1.0", commit="e3c0213fd54bd5e12fef87db78e8580cd300de3e", deprecated=True)
 
     variant("python", default=True, description="Build the Python bindings (import kvmap)")
     variant("perf", default=True, description="Build and install the perf harness kvmap-perf")
