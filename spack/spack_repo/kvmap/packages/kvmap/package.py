@@ -88,15 +88,14 @@ class Kvmap(CMakePackage, CudaPackage, ROCmPackage):
         for mpi in ("mpich", "openmpi"):
             depends_on(f"{mpi}+rocm amdgpu_target={target}",
                        when=f"+rocm amdgpu_target={target} gpu_aware_mpi=on ^[virtuals=mpi] {mpi}")
-    # CUDA is compiled by nvcc: Kokkos built by GCC compiles through its nvcc_wrapper (Kokkos'
-    # recipe refuses +cuda ~wrapper under GCC), and kvmap through the same wrapper. A Kokkos
-    # built by clang would compile CUDA with clang itself, which supports only CUDA releases
-    # older than that clang (clang 15: up to CUDA 11.5, while spack picks CUDA 12).
-    depends_on("kokkos+wrapper", when="+cuda ^kokkos%gcc")
-    conflicts("^kokkos%clang", when="+cuda",
-              msg="kvmap+cuda compiles CUDA with nvcc: build Kokkos with GCC (^kokkos%gcc, "
-              "which gets nvcc_wrapper), not with clang's own CUDA support")
-    requires("%gcc", when="+cuda", msg="kvmap+cuda compiles through Kokkos' nvcc_wrapper on GCC")
+    # CUDA is compiled by nvcc, through Kokkos' nvcc_wrapper, whatever compiler builds Kokkos
+    # (GCC or clang as nvcc's host compiler; the cuda package's conflicts keep that pair
+    # supported), and kvmap through the same wrapper. Kokkos' recipe refuses +cuda ~wrapper under
+    # GCC, and a Kokkos built by clang without the wrapper would compile CUDA with clang itself,
+    # which supports only CUDA releases older than that clang (clang 15: up to CUDA 11.5, while
+    # spack picks CUDA 12). A rule keyed on Kokkos' compiler (^kokkos%gcc) is not enough: a
+    # condition on a dependency's compiler did not fire in spack 1.1's solver.
+    depends_on("kokkos+wrapper", when="+cuda")
     # Kokkos Kernels keeps its default execution and memory spaces (no CUDA/HIP explicit
     # instantiations): kvmap instantiates the few BLAS-1 kernels it calls (dot, nrm2, axpby on
     # device views) from the headers in its own translation units, as its CI's CUDA and HIP
