@@ -20,10 +20,10 @@
 #include <thread>
 
 #include "kvmap/config.hpp"
-#include "detail/platform/mpi_transport.hpp"  // reductions of the contenders' figures over ranks
+#include "mpi_transport.hpp"  // reductions of the contenders' figures over ranks
 #include "kvmap/kvmap.hpp"
 #include "kvmap/tensor_bridge.hpp"
-#include "detail/platform/tensor_bridge.hpp"
+#include "tensor_blocks.hpp"
 
 namespace kvmap_perf {
 

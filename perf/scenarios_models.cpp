@@ -5,7 +5,7 @@
 #include <torch/script.h>
 
 #include "harness.hpp"
-#include "detail/platform/mpi_transport.hpp"  // reductions of the contenders' figures over ranks
+#include "mpi_transport.hpp"  // reductions of the contenders' figures over ranks
 #include "kvmap/kvmap.hpp"
 
 namespace kvmap_perf {

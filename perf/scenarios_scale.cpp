@@ -11,7 +11,7 @@
 
 #include "harness.hpp"
 #include "kvmap/kvmap.hpp"
-#include "detail/testing/hooks.hpp"
+#include "hooks.hpp"
 
 namespace kvmap_perf {
 

@@ -9,9 +9,9 @@
 #endif
 
 #include "harness.hpp"
-#include "detail/platform/torch_compat.hpp"
-#include "detail/platform/mpi_transport.hpp"  // reductions of the contenders' figures over ranks
-#include "detail/testing/memory_meter.hpp"
+#include "torch_compat.hpp"
+#include "mpi_transport.hpp"  // reductions of the contenders' figures over ranks
+#include "memory_meter.hpp"
 #include "kvmap/kvmap.hpp"
 
 namespace kvmap_perf {

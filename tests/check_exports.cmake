@@ -29,9 +29,14 @@ foreach(api "kvmap::stats()" "kvmap::Comm::world()" "kvmap::ScopeGuard::ScopeGua
     message(FATAL_ERROR "check_exports: ${LIBRARY} does not export ${api}")
   endif()
 endforeach()
+# The test hooks (runtime/src/testing) are not compiled into the library at all. What stays in
+# it, hidden, is the library's side: the switches the hooks turn and the fault points they arm
+# (platform/switches.cpp: one relaxed atomic load each when nothing is armed, as in every
+# application), and the registry's comm_over, which makes a Comm over any transport of
+# kvmap's own (the testing target's emulated transport is the one there is).
 execute_process(COMMAND ${NM} -C ${LIBRARY} OUTPUT_VARIABLE all RESULT_VARIABLE rc)
 foreach(hook arm_fault set_mpi_count_limit set_force_host_staging set_host_follows_gpu_decision
-             redecide_gpu_aware_mpi emulated_comm)
+             redecide_gpu_aware_mpi emulated_comm emulated_transport)
   if(all MATCHES "kvmap::Detail::${hook}\\(")
     message(FATAL_ERROR "check_exports: the test hook ${hook} is compiled into ${LIBRARY}")
   endif()

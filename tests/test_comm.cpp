@@ -3,9 +3,9 @@
 // arithmetic, never kvmap itself. Any number of ranks; every rank takes the same collective
 // path.
 #include "support/kvmap_test.hpp"
-#include "detail/platform/comm.hpp"
-#include "detail/collective/collective.hpp"  // message_of
-#include "detail/testing/hooks.hpp"
+#include "comm_registry.hpp"
+#include "agreement.hpp"  // message_of
+#include "hooks.hpp"
 
 #include <mpi.h>
 

@@ -2,7 +2,7 @@
 // sub-communicator builds the same bits), their moments, the streams of unseeded calls, and
 // the Philox4x32-10 generator against its published known-answer vectors.
 #include "support/kvmap_test.hpp"
-#include "detail/distributed/random.hpp"
+#include "philox.hpp"
 
 #include <cmath>
 

@@ -2,8 +2,8 @@
 // dimensions, the large-count path, staging through host buffers, and the copies of
 // unchanged layouts. (Random arrays: test_random.cpp; linalg: test_linalg.cpp.)
 #include "support/kvmap_test.hpp"
-#include "detail/platform/comm.hpp"
-#include "detail/testing/hooks.hpp"
+#include "comm_registry.hpp"
+#include "hooks.hpp"
 
 #include <mpi.h>
 

@@ -8,11 +8,10 @@
 #include <mutex>
 #include <random>
 
-#include "detail/testing/hooks.hpp"
+#include "comm_registry.hpp"
+#include "hooks.hpp"
+#include "local_block.hpp"
 #include "support/entry_points.hpp"
-#include "detail/platform/comm.hpp"
-#include "detail/testing/hooks.hpp"
-#include "detail/layout/local_block.hpp"
 
 #include <sys/resource.h>
 #include <cmath>
@@ -116,6 +115,45 @@ TEST_CASE(
     CHECK(bit_equal(y.allgather(), pattern({4 * nranks() + 2, 3}, at::kDouble, 2)));
   }
   if (rank() == odd) CHECK(kvmap::Detail::faults_injected() - before == sites.size());
+}
+
+TEST_CASE("kvmap::agree: an application's step fails alike on every rank, or passes on all") {
+  const kvmap::Comm world = kvmap::Comm::world();
+  const auto before = kvmap::stats().collectives;
+  CHECK_NOTHROW(kvmap::agree(world));  // nobody failed
+  CHECK_NOTHROW(kvmap::agree(world, nullptr, "app step"));
+  // One fixed-size agreement per call (none on one rank).
+  CHECK(kvmap::stats().collectives - before == (nranks() > 1 ? 2u : 0u));
+  const int odd = odd_rank();
+  // The failing rank gets its own exception back (its type kept), every other rank a
+  // RemoteError naming it with its message; the step's name is the caller's.
+  expect_collective_error<kvmap::ValueError>(
+      [&] {
+        std::exception_ptr e;
+        if (rank() == odd) e = std::make_exception_ptr(kvmap::ValueError("the input file is bad"));
+        kvmap::agree(world, e, "app step");
+      },
+      {odd}, "the input file is bad");
+  // Several failing ranks: the first one's message everywhere else.
+  if (nranks() > 1) {
+    expect_collective_error<kvmap::TypeError>(
+        [&] {
+          std::exception_ptr e;
+          if (rank() >= 1) {
+            e = std::make_exception_ptr(
+                kvmap::TypeError("rank " + std::to_string(rank()) + " failed"));
+          }
+          kvmap::agree(world, e);
+        },
+        [] {
+          std::vector<int> bad;
+          for (int r = 1; r < nranks(); ++r) bad.push_back(r);
+          return bad;
+        }(),
+        "failed");
+  }
+  // The communicator carries on.
+  CHECK_NOTHROW(kvmap::agree(world));
 }
 
 TEST_CASE("an allocation that fails on one rank is agreed at every entry point that allocates") {

@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "support/kvmap_test.hpp"
-#include "detail/platform/device_map.hpp"
-#include "detail/platform/gpu_aware_mpi.hpp"
-#include "detail/testing/hooks.hpp"
+#include "device_map.hpp"
+#include "gpu_aware_mpi.hpp"
+#include "hooks.hpp"
 
 namespace {
 

@@ -12,7 +12,7 @@
 #include <set>
 #include <sstream>
 
-#include "detail/platform/gpu_aware_mpi.hpp"
+#include "gpu_aware_mpi.hpp"
 #include "traffic/pmpi_counter.hpp"
 
 using namespace kvmap_test;
@@ -209,7 +209,7 @@ TEST_CASE("factories, from_global, linalg and manual_seed: one fixed-size agreem
 }
 
 TEST_CASE("start-up: the GPU-aware decision is one collective through kvmap::Comm") {
-  // What kvmap's initialization runs once (detail/platform/gpu_aware_mpi.hpp), again: counted by
+  // What kvmap's initialization runs once (platform/gpu_aware_mpi.hpp), again: counted by
   // stats() as by the PMPI layer, nothing at one rank.
   const std::uint64_t before = kvmap::stats().collectives;
   const auto c = measure("start-up GPU-aware decision", true,

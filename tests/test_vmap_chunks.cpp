@@ -11,7 +11,7 @@
 #include <set>
 #include <thread>
 
-#include "detail/platform/torch_compat.hpp"
+#include "torch_compat.hpp"
 
 using namespace kvmap_test;
 using kvmap::Randomness;

@@ -2,7 +2,7 @@
 // halves when f runs out of memory, and fixed-shape chunks (pad_to_chunk) for programs made
 // for one batch size. References: the per-sample loop or the whole batch at once, on the
 // gathered inputs; memory: the allocator's own count (MemoryMeter), not kvmap's probe.
-#include "detail/testing/memory_meter.hpp"
+#include "memory_meter.hpp"
 #include "support/vmap_test.hpp"
 
 #include <c10/util/Exception.h>

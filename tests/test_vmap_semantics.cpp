@@ -7,7 +7,7 @@
 
 #include <atomic>
 
-#include "detail/platform/torch_compat.hpp"
+#include "torch_compat.hpp"
 
 #if defined(KOKKOS_ENABLE_CUDA)
 #include <c10/cuda/CUDAStream.h>

@@ -39,26 +39,23 @@ int world_rank() {
 // Every rank knows the failure (its condition, or the message, was agreed): each one prints
 // it, then the job ends (ExaMiniMD has no error path to return through).
 [[noreturn]] void fail(const std::string& message) {
-  std::fprintf(stderr, "ExaMiniMD pair_style kvmap (rank %d): %s\n", world_rank(), message.c_str());
-  std::fflush(stderr);
-  MPI_Barrier(MPI_COMM_WORLD);
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the launcher forwards it
-  MPI_Abort(MPI_COMM_WORLD, 1);
-  std::abort();
+  const kvmap::Comm world = kvmap::Comm::world();
+  world.barrier();  // every rank's message is written before the job ends
+  kvmap::abort_job(world, "ExaMiniMD pair_style kvmap: " + message);
 }
 
-// A failure that only some ranks saw (a model file one rank cannot read): the first failing
-// rank's message reaches every rank, which then fails with it. Collective.
+// A failure that only some ranks saw (a model file one rank cannot read): kvmap's agreement
+// gives every rank the first failing rank's message, and each then fails with it. Collective.
 void agree(const std::string& local_error) {
-  const int rank = world_rank();
-  int mine[2] = {local_error.empty() ? 1 : 0, rank}, first[2] = {1, 0};
-  MPI_Allreduce(mine, first, 1, MPI_2INT, MPI_MINLOC, MPI_COMM_WORLD);
-  if (first[0] == 1) return;
-  int length = static_cast<int>(local_error.size());
-  MPI_Bcast(&length, 1, MPI_INT, first[1], MPI_COMM_WORLD);
-  std::string text = rank == first[1] ? local_error : std::string(length, ' ');
-  MPI_Bcast(text.data(), length, MPI_CHAR, first[1], MPI_COMM_WORLD);
-  fail(rank == first[1] ? text : "rank " + std::to_string(first[1]) + " failed: " + text);
+  std::exception_ptr error;
+  if (!local_error.empty()) error = std::make_exception_ptr(kvmap::Error(local_error));
+  try {
+    kvmap::agree(kvmap::Comm::world(), error, "pair_style kvmap");
+  } catch (const kvmap::RemoteError& e) {
+    fail(e.what());
+  } catch (const std::exception& e) {
+    fail(e.what());
+  }
 }
 
 double seconds_since(Clock::time_point t0) {

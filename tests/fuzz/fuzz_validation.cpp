@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "kvmap/error.hpp"
-#include "detail/layout/local_block.hpp"
-#include "detail/layout/out_dims.hpp"
+#include "local_block.hpp"
+#include "out_dims.hpp"
 #include "kvmap/layout.hpp"
 
 namespace {

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "kvmap/kvmap.hpp"
-#include "detail/platform/tensor_bridge.hpp"
+#include "tensor_blocks.hpp"
 
 namespace kvmap_test {
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <thread>
 
-#include "detail/testing/hooks.hpp"
+#include "hooks.hpp"
 #include "kvmap/kvmap.hpp"
 #include "support/entry_points.hpp"
 

@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "kvmap/kvmap.hpp"
-#include "detail/platform/tensor_bridge.hpp"
-#include "detail/testing/hooks.hpp"  // the transport, for the tests' own collectives
-#include "test_space.hpp"            // TestMemSpace, generated per Kokkos backend
+#include "tensor_blocks.hpp"
+#include "hooks.hpp"       // the transport, for the tests' own collectives
+#include "test_space.hpp"  // TestMemSpace, generated per Kokkos backend
 
 namespace kvmap_test {
 

@@ -34,7 +34,7 @@ if _major_minor(_torch.__version__) != _major_minor(_build.TORCH_VERSION):
 
 from . import _comms, _kvmap  # noqa: E402
 from ._kvmap import (Closeness, DistView, Error, RemoteError, build_info, check_close,  # noqa: E402
-                     chunk_rows, version)
+                     chunk_rows, from_heat, version)
 
 # mpi4py and kvmap must use one MPI library: two in one process share no communicator.
 if _kvmap._mpi_library_version().strip("\x00 \n") != _MPI.Get_library_version().strip("\x00 \n"):
@@ -206,102 +206,6 @@ def _to(self, device):
 DistView.numpy = _numpy
 DistView.to = _to
 
-
-def _heat():
-    heat = _sys.modules.get("heat")
-    if heat is None:
-        try:
-            import heat
-        except ImportError as e:
-            raise ImportError("kvmap: DistView.to_heat needs Heat (pip install heat)") from e
-    return heat
-
-
-def from_heat(x):
-    """A DistView sharing the memory of the heat.DNDarray ``x`` (collective over ``x.comm``).
-
-    Zero copy: the DistView's shard is ``x.larray``'s storage, so writes on either side are
-    seen by the other. The split axis, the per-rank counts (unbalanced and empty shards
-    included) and the communicator are ``x``'s; ``x.split is None`` gives a replicated
-    DistView. A balanced or replicated DNDarray (Heat's ``balanced`` flag) costs one
-    fixed-size agreement; an unbalanced one's per-rank counts are gathered.
-    """
-    heat = _sys.modules.get("heat")  # a DNDarray exists only once Heat is imported
-    if heat is None or not isinstance(x, heat.DNDarray):
-        raise TypeError("kvmap.from_heat: expected a heat.DNDarray, got %s" % type(x).__name__)
-    local = x.larray  # on the GPU for a DNDarray there: the DistView lives there too
-    if x.split is None or x.balanced:
-        # Heat's rule is kvmap's: every rank knows the layout, no count has to travel.
-        return _comms.remember(_kvmap._from_local_balanced(local, x.split, x.gshape, x.comm.handle), x.comm)
-    view = _kvmap._from_local(local, x.split, x.comm.handle)
-    if tuple(view.gshape) != tuple(x.gshape):  # the same on every rank
-        raise ValueError("kvmap.from_heat: the DNDarray's local shards make up the shape %s, but its "
-                         "gshape is %s" % (tuple(view.gshape), tuple(x.gshape)))
-    return _comms.remember(view, x.comm)
-
-
-def _heat_comm(heat, view, comm):
-    """Heat's communication object for ``view``: ``comm``, else the one the DistView was made
-    on (Heat's own for ``from_heat``), else Heat's MPI_WORLD (kvmap's default is COMM_WORLD)."""
-    hcomm = heat.core.communication
-    if comm is None:
-        comm = _comms.lookup(view)
-    if comm is None:
-        result = hcomm.MPI_WORLD
-    elif isinstance(comm, hcomm.Communication):
-        result = comm
-    elif isinstance(comm, _MPI.Comm):
-        if comm == _MPI.COMM_NULL:
-            raise ValueError("DistView.to_heat: the DistView's communicator was freed; pass comm= "
-                             "(an mpi4py communicator or Heat's communication of the same ranks)")
-        if comm == _MPI.COMM_WORLD:
-            result = hcomm.MPI_WORLD
-        elif comm == _MPI.COMM_SELF:
-            result = hcomm.MPI_SELF
-        else:
-            # Heat frees the handle it wraps when its object dies: give it a duplicate.
-            result = hcomm.MPICommunication(comm.Dup())
-            _comms.remember(view, result)
-    else:
-        raise TypeError("DistView.to_heat: comm must be None, an mpi4py.MPI.Comm or a Heat "
-                        "communication, got %s" % type(comm).__name__)
-    if result.size != view.comm_size or result.rank != view.comm_rank:
-        raise ValueError("DistView.to_heat: the communicator has rank %s of %s, the DistView rank %d "
-                         "of %d" % (result.rank, result.size, view.comm_rank, view.comm_size))
-    return result
-
-
-def _to_heat(self, comm=None):
-    """A heat.DNDarray sharing this DistView's memory: no copy, no communication.
-
-    Split axis, per-rank counts and communicator carry over (``comm`` overrides the one the
-    DistView was made on; an mpi4py communicator other than COMM_WORLD/COMM_SELF is
-    duplicated once, collectively, since Heat frees the handles it holds).
-    """
-    heat = _heat()
-    hc = _heat_comm(heat, self, comm)
-    dtype = _heat_dtypes.get(self.dtype)
-    if dtype is None:
-        try:
-            dtype = _heat_dtypes[self.dtype] = heat.core.types.canonical_heat_type(self.dtype)
-        except TypeError as e:
-            raise TypeError("DistView.to_heat: Heat has no dtype for %s" % self.dtype) from e
-    # kvmap balances by Heat's rule, so its O(1) answer is Heat's `balanced`; a balanced
-    # DNDarray's shape map Heat computes itself, without communication.
-    balanced = self.split is None or self.is_balanced()
-    device = heat.cpu if self.device == "cpu" else heat.gpu
-    out = heat.DNDarray(self.larray, tuple(self.gshape), dtype, self.split, device, hc, balanced)
-    # An unbalanced one's it would gather: prime Heat's cache (a private attribute, where this
-    # Heat version has one) with kvmap's counts, so that Heat needs no collective either.
-    if not balanced and hasattr(out, "_DNDarray__lshape_map"):
-        out._DNDarray__lshape_map = self.lshape_map
-    return out
-
-
-_heat_dtypes = {}  # torch dtype -> Heat's type
-
-
-DistView.to_heat = _to_heat
 
 from . import random  # noqa: E402
 from ._vmap import map_batches, vmap  # noqa: E402

@@ -371,3 +371,24 @@ def test_dndarray_whose_shard_contradicts_its_layout_is_an_error_on_every_rank()
                        match="rank %d's (tensor|shard on rank %d) has shape|shard on rank %d has shape"
                        % (bad, bad, bad)):
         double(x)
+
+
+def test_heat_private_fields():
+    """What kvmap's Heat adapter (bindings/python/src/heat_adapter.cpp) relies on of Heat's
+    DNDarray: each constructor argument stored under its private name, holding what the
+    public property returns, and DNDarray.__new__ being object's (results are then built from
+    a copy of a first result's __dict__). A Heat release that changes them fails here, naming
+    the field: the adapter still works through the properties, but slower, and must be
+    brought up to date."""
+    x = ht.array(full_tensor(2 * P + 1), split=0)
+    report = kvmap._kvmap._heat_private_fields(x)
+    fields = {k: v for k, v in report.items() if k.startswith("_DNDarray__")}
+    for field, (prop, present, same) in fields.items():
+        assert present, ("Heat %s no longer stores DNDarray.%s under %s: update kvmap's Heat adapter"
+                         % (ht.__version__, prop, field))
+        assert same, ("Heat %s's DNDarray field %s no longer holds what .%s returns: update kvmap's "
+                      "Heat adapter" % (ht.__version__, field, prop))
+    assert report["__new__ is object.__new__"], (
+        "Heat %s's DNDarray has a __new__ of its own: kvmap's Heat adapter builds results from a "
+        "template __dict__ and must be updated" % ht.__version__)
+    assert len(fields) == 7

@@ -2,7 +2,7 @@
 /// \file
 /// The MPI communicator kvmap works on: a handle to kvmap's duplicate of the user's
 /// communicator. What kvmap sends over it is private to kvmap (its transport,
-/// runtime/src/detail/platform/mpi_transport.hpp); an application talks MPI on raw().
+/// runtime/src/platform/mpi_transport.hpp); an application talks MPI on raw().
 #include "kvmap/config.hpp"
 #include <mpi.h>
 
@@ -12,7 +12,8 @@
 /// kvmap's private code (not installed, not exported): declared here only so that Comm can
 /// name its friend.
 namespace kvmap::Detail {
-struct CommAccess;  ///< kvmap's own access to the duplicate (runtime/src/detail/platform/comm.hpp)
+struct CommAccess;  ///< kvmap's own access to the duplicate
+                    ///< (runtime/src/platform/comm_registry.hpp)
 }  // namespace kvmap::Detail
 
 KVMAP_API_BEGIN

@@ -1,6 +1,7 @@
 #pragma once
 /// \file
 /// kvmap: per-sample torch functions vectorized over Kokkos arrays sharded across MPI ranks.
+#include "kvmap/agreement.hpp"
 #include "kvmap/comm.hpp"
 #include "kvmap/config.hpp"
 #include "kvmap/dist_view.hpp"

@@ -8,7 +8,7 @@
 #include <cstring>
 #include <utility>
 
-#include "detail/detail.hpp"
+#include "detail.hpp"
 
 namespace kvmap::Detail {
 

@@ -4,7 +4,7 @@
 // and generator-state hashes.
 #include <cstdint>
 
-#include "detail/detail.hpp"
+#include "detail.hpp"
 
 namespace kvmap::Detail {
 

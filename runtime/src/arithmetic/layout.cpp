@@ -5,7 +5,7 @@
 #include <sstream>
 
 #include "kvmap/error.hpp"
-#include "detail/layout/hash.hpp"
+#include "hash.hpp"
 
 namespace kvmap {
 

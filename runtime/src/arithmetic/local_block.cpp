@@ -1,4 +1,4 @@
-#include "detail/layout/local_block.hpp"
+#include "local_block.hpp"
 
 #include <cstdint>
 #include <limits>

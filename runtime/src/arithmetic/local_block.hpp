@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "detail/detail.hpp"
+#include "detail.hpp"
 #include "kvmap/impl/local_block.hpp"
 
 namespace kvmap::Detail {
@@ -29,7 +29,7 @@ ElementSpan element_span(const std::int64_t* extents, const std::int64_t* stride
 std::size_t checked_span_bytes(const std::vector<std::int64_t>& extents,
                                const std::vector<std::int64_t>& strides, std::size_t itemsize);
 
-// The loops of one strided copy (not a box of global indices: that is detail/distributed/box.hpp's
+// The loops of one strided copy (not a box of global indices: that is distributed/box.hpp's
 // Box): `extents` read with src_strides and written with dst_strides (elements).
 struct StridedCopy {
   int ndim = 0;

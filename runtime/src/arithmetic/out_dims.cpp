@@ -1,4 +1,4 @@
-#include "detail/layout/out_dims.hpp"
+#include "out_dims.hpp"
 
 #include "kvmap/error.hpp"
 #include "kvmap/impl/local_block.hpp"

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "detail/detail.hpp"
+#include "detail.hpp"
 
 namespace kvmap::Detail {
 

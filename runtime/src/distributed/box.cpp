@@ -1,6 +1,6 @@
-#include "detail/distributed/box.hpp"
+#include "box.hpp"
 
-#include "detail/layout/local_block.hpp"
+#include "local_block.hpp"
 
 namespace kvmap::Detail {
 

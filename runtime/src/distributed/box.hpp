@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "detail/detail.hpp"
+#include "detail.hpp"
 #include "kvmap/impl/local_block.hpp"
 #include "kvmap/layout.hpp"
 

@@ -9,11 +9,11 @@
 #include "kvmap/stats.hpp"
 #include "kvmap/tensor_bridge.hpp"
 
-#include "detail/collective/collective.hpp"
-#include "detail/distributed/dist_view_access.hpp"
-#include "detail/layout/local_block.hpp"
-#include "detail/platform/tensor_bridge.hpp"
-#include "detail/layout/hash.hpp"
+#include "agreement.hpp"
+#include "dist_view_access.hpp"
+#include "local_block.hpp"
+#include "tensor_blocks.hpp"
+#include "hash.hpp"
 
 namespace kvmap {
 
@@ -157,9 +157,9 @@ std::string mismatch(int r, const LocalMeta& m, const LocalMeta& ref) {
 // Every rank sees the same gathered fingerprints and reaches the same verdict; only then do
 // rank 0's and the first differing rank's pieces travel, for the messages.
 void check_local_metas(const Comm& comm, const LocalMeta& mine, const std::vector<LocalRows>& all) {
-  std::vector<std::uint64_t> fingerprints;
-  for (const LocalRows& rows : all) fingerprints.push_back(rows.meta);
-  const std::vector<int> bad = Detail::ranks_differing(fingerprints, 0);
+  std::vector<Detail::RankStatus> statuses;
+  for (const LocalRows& rows : all) statuses.push_back(Detail::RankStatus{0, 1, rows.meta});
+  const std::vector<int> bad = Detail::ranks_differing(statuses, 0);
   if (!bad.empty()) {
     Detail::raise_differing(comm, 0, bad, Detail::bytes_of(mine),
                             [](int r, const std::string& theirs, const std::string& rank0s) {

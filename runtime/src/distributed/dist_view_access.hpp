@@ -1,11 +1,11 @@
 #pragma once
 // For kvmap's own modules: a DistView's local block, and DistViews assembled from parts
 // without communication or checks (the parts were planned and agreed by the caller).
-#include "detail/detail.hpp"
+#include "detail.hpp"
 #include "kvmap/dist_view.hpp"
 
-#include "detail/collective/collective.hpp"
-#include "detail/platform/allocation.hpp"
+#include "agreement.hpp"
+#include "allocation.hpp"
 
 namespace kvmap::Detail {
 

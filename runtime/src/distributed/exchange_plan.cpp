@@ -1,4 +1,4 @@
-#include "detail/distributed/exchange_plan.hpp"
+#include "exchange_plan.hpp"
 
 #include <algorithm>
 #include <climits>
@@ -7,9 +7,9 @@
 
 #include "kvmap/error.hpp"
 
-#include "detail/platform/comm.hpp"
-#include "detail/layout/local_block.hpp"
-#include "detail/platform/stats.hpp"
+#include "comm_registry.hpp"
+#include "local_block.hpp"
+#include "stats_counters.hpp"
 
 namespace kvmap::Detail {
 

@@ -8,12 +8,12 @@
 #include <optional>
 #include <vector>
 
-#include "detail/detail.hpp"
+#include "detail.hpp"
 #include "kvmap/comm.hpp"
 #include "kvmap/layout.hpp"
 
-#include "detail/distributed/box.hpp"
-#include "detail/platform/mpi_transport.hpp"
+#include "box.hpp"
+#include "mpi_transport.hpp"
 
 namespace kvmap::Detail {
 

@@ -9,9 +9,9 @@
 
 #include "kvmap/error.hpp"
 
-#include "detail/collective/collective.hpp"
-#include "detail/layout/exact_sum.hpp"
-#include "detail/layout/local_block.hpp"
+#include "agreement.hpp"
+#include "exact_sum.hpp"
+#include "local_block.hpp"
 
 namespace kvmap::linalg {
 

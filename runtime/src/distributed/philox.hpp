@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "detail/detail.hpp"
+#include "detail.hpp"
 #include "kvmap/comm.hpp"
 #include "kvmap/impl/kokkos_compat.hpp"
 

@@ -5,11 +5,11 @@
 
 #include "kvmap/error.hpp"
 
-#include "detail/platform/comm.hpp"
-#include "detail/collective/collective.hpp"
-#include "detail/distributed/dist_view_access.hpp"
-#include "detail/layout/hash.hpp"
-#include "detail/distributed/random.hpp"
+#include "comm_registry.hpp"
+#include "agreement.hpp"
+#include "dist_view_access.hpp"
+#include "hash.hpp"
+#include "philox.hpp"
 
 namespace kvmap {
 

@@ -1,7 +1,7 @@
 // DistView's collective redistributions (redistribute, resplit, balance, gather,
 // allgather, from_global, scatter): each checks its arguments, plans an exchange
-// (detail/distributed/exchange_plan.hpp) and allocates before the agreement, and runs it
-// (detail/distributed/run_exchange.hpp) after.
+// (distributed/exchange_plan.hpp) and allocates before the agreement, and runs it
+// (distributed/run_exchange.hpp) after.
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -11,13 +11,13 @@
 #include "kvmap/error.hpp"
 #include "kvmap/tensor_bridge.hpp"
 
-#include "detail/collective/collective.hpp"
-#include "detail/distributed/dist_view_access.hpp"
-#include "detail/layout/local_block.hpp"
-#include "detail/platform/stats.hpp"
-#include "detail/platform/tensor_bridge.hpp"
-#include "detail/distributed/run_exchange.hpp"
-#include "detail/platform/allocation.hpp"
+#include "agreement.hpp"
+#include "dist_view_access.hpp"
+#include "local_block.hpp"
+#include "stats_counters.hpp"
+#include "tensor_blocks.hpp"
+#include "run_exchange.hpp"
+#include "allocation.hpp"
 
 namespace kvmap {
 

@@ -10,17 +10,17 @@
 #include <complex>
 #include <optional>
 
-#include "detail/detail.hpp"
+#include "detail.hpp"
 #include "kvmap/dist_view.hpp"
 
-#include "detail/platform/allocation.hpp"
-#include "detail/platform/box_copy.hpp"
-#include "detail/platform/comm.hpp"
-#include "detail/distributed/dist_view_access.hpp"
-#include "detail/distributed/exchange_plan.hpp"
-#include "detail/platform/gpu_aware_mpi.hpp"
-#include "detail/platform/stats.hpp"
-#include "detail/layout/local_block.hpp"
+#include "allocation.hpp"
+#include "box_copy.hpp"
+#include "comm_registry.hpp"
+#include "dist_view_access.hpp"
+#include "exchange_plan.hpp"
+#include "gpu_aware_mpi.hpp"
+#include "stats_counters.hpp"
+#include "local_block.hpp"
 
 namespace kvmap::Detail {
 
@@ -34,7 +34,7 @@ struct Scratch {
   unsigned char* data() const { return static_cast<unsigned char*>(block.data); }
 };
 
-// MPI and device memory: without a GPU-aware MPI (detail/platform/gpu_aware_mpi.hpp; or when tests
+// MPI and device memory: without a GPU-aware MPI (platform/gpu_aware_mpi.hpp; or when tests
 // force it), the packed bytes go through host buffers on their way to and from MPI.
 template <class M>
 bool staged_through_host() {

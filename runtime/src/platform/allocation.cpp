@@ -13,14 +13,14 @@
 #endif
 
 #include "kvmap/error.hpp"
-#include "detail/collective/fault_injection.hpp"
+#include "switches.hpp"
 #include "kvmap/impl/kokkos_compat.hpp"
 #include "kvmap/impl/local_block.hpp"
 #include "kvmap/layout.hpp"
 #include "kvmap/stats.hpp"
-#include "detail/platform/stats.hpp"
-#include "detail/layout/local_block.hpp"
-#include "detail/platform/allocation.hpp"
+#include "stats_counters.hpp"
+#include "local_block.hpp"
+#include "allocation.hpp"
 
 namespace kvmap::Detail {
 

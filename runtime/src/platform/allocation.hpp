@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "detail/detail.hpp"
+#include "detail.hpp"
 #include "kvmap/impl/local_block.hpp"
 
 namespace kvmap::Detail {

@@ -6,10 +6,10 @@
 #include <complex>
 #include <cstdint>
 
-#include "detail/detail.hpp"
+#include "detail.hpp"
 #include "kvmap/dtype.hpp"
 
-#include "detail/layout/local_block.hpp"
+#include "local_block.hpp"
 
 namespace kvmap::Detail {
 

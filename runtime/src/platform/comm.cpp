@@ -6,10 +6,9 @@
 #include <vector>
 
 #include "kvmap/error.hpp"
-#include "detail/platform/comm.hpp"
-#include "detail/testing/switches.hpp"
-#include "detail/platform/mpi_process.hpp"
-#include "detail/platform/mpi_transport.hpp"
+#include "comm_registry.hpp"
+#include "mpi_process.hpp"
+#include "mpi_transport.hpp"
 
 namespace kvmap {
 
@@ -61,19 +60,17 @@ std::shared_ptr<Comm::Handle> Comm::handle_for(MPI_Comm user) {
       if (it != g_registry.end()) return it->second;
     }
   }
-  // New to kvmap: duplicate it (collective) and agree on an id no rank has used yet.
+  // New to kvmap: duplicate it and agree on an id no rank has used yet (two collectives of
+  // the duplicate's transport, counted in stats()).
   auto h = std::make_shared<Handle>();
-  MPI_Comm duplicate = MPI_COMM_NULL;
-  Detail::check_mpi(MPI_Comm_dup(user, &duplicate), "MPI_Comm_dup");
-  h->transport = Detail::mpi_transport(duplicate);
+  h->transport = Detail::duplicate_transport(user);
   std::uint64_t id = 0;
   {
     std::lock_guard<std::mutex> lock(g_registry_mutex);
     id = g_last_id + 1;
   }
-  Detail::check_mpi(MPI_Allreduce(MPI_IN_PLACE, &id, 1, MPI_UINT64_T, MPI_MAX, duplicate),
-                    "MPI_Allreduce");
-  h->id = id;
+  // (Ids count duplicates made in this process: far below 2^63.)
+  h->id = static_cast<std::uint64_t>(h->transport->allreduce_max(static_cast<std::int64_t>(id)));
   std::lock_guard<std::mutex> lock(g_registry_mutex);
   g_last_id = std::max(g_last_id, id);
   g_registry[id] = h;

@@ -4,9 +4,9 @@
 #include <cstdint>
 #include <memory>
 
-#include "detail/detail.hpp"
+#include "detail.hpp"
 #include "kvmap/comm.hpp"
-#include "detail/platform/mpi_transport.hpp"
+#include "mpi_transport.hpp"
 
 namespace kvmap::Detail {
 
@@ -30,7 +30,8 @@ inline std::uint64_t next_sequence(const Comm& comm, std::uint64_t epoch) {
 // throw on use.
 void release_cached_comms();
 void on_release(void (*hook)());
-// The transport's cached MPI operations and datatypes, freed by release_cached_comms.
-void release_reduction_cache();
+// A Comm over a transport of kvmap's own, registered with a fresh id (the testing target's
+// emulated communicators).
+Comm comm_over(std::unique_ptr<Transport> transport);
 
 }  // namespace kvmap::Detail

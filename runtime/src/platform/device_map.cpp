@@ -1,4 +1,4 @@
-#include "detail/platform/device_map.hpp"
+#include "device_map.hpp"
 
 #include <Kokkos_Core.hpp>
 #include <algorithm>
@@ -15,8 +15,8 @@
 
 #include "kvmap/error.hpp"
 #include "kvmap/impl/kokkos_compat.hpp"
-#include "detail/platform/gpu_aware_mpi.hpp"
-#include "detail/platform/torch_stream.hpp"
+#include "gpu_aware_mpi.hpp"
+#include "torch_stream.hpp"
 
 namespace kvmap::Detail {
 

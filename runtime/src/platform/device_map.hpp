@@ -7,9 +7,9 @@
 // current device follows the device Kokkos ends up on.
 #include <string>
 
-#include "detail/detail.hpp"
+#include "detail.hpp"
 #include "kvmap/comm.hpp"
-#include "detail/platform/mpi_transport.hpp"
+#include "mpi_transport.hpp"
 
 namespace kvmap::Detail {
 
@@ -30,7 +30,7 @@ int visible_devices();
 
 // Initializes Kokkos with argc/argv (as Kokkos::initialize), on the device this rank maps to
 // unless the user chose; collective over MPI_COMM_WORLD. Makes the GPU-aware MPI decision
-// first (detail/platform/gpu_aware_mpi.hpp), so that a bad KVMAP_GPU_AWARE_MPI stops every rank
+// first (platform/gpu_aware_mpi.hpp), so that a bad KVMAP_GPU_AWARE_MPI stops every rank
 // here.
 void initialize_kokkos(int& argc, char**& argv);
 

@@ -1,4 +1,4 @@
-#include "detail/platform/gpu_aware_mpi.hpp"
+#include "gpu_aware_mpi.hpp"
 
 #include <mpi.h>
 
@@ -11,10 +11,10 @@
 #include <optional>
 
 #include "kvmap/comm.hpp"
-#include "detail/platform/mpi_transport.hpp"
+#include "mpi_transport.hpp"
 #include "kvmap/config.hpp"
 #include "kvmap/error.hpp"
-#include "detail/testing/switches.hpp"
+#include "switches.hpp"
 
 // Open MPI declares its GPU queries in mpi-ext.h, MPICH in mpi.h.
 #if defined(OPEN_MPI) && OPEN_MPI && __has_include(<mpi-ext.h>)

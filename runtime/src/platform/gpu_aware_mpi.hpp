@@ -6,10 +6,10 @@
 //   3. AUTO (the default build): what the running MPI says of itself for this build's kind of
 //      device: Open MPI's MPIX_Query_cuda_support() / MPIX_Query_rocm_support(), MPICH's
 //      MPIX_GPU_query_support(); an MPI that offers no query is taken as not GPU-aware.
-// Host memory is always given to MPI directly (tests can force staging: detail/testing/hooks.hpp).
+// Host memory is always given to MPI directly (tests can force staging: testing/hooks.hpp).
 #include <string>
 
-#include "detail/detail.hpp"
+#include "detail.hpp"
 
 namespace kvmap::Detail {
 

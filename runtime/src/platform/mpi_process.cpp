@@ -1,4 +1,4 @@
-#include "detail/platform/mpi_process.hpp"
+#include "mpi_process.hpp"
 
 #include <mpi.h>
 
@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "kvmap/error.hpp"
-#include "detail/platform/comm.hpp"
+#include "comm_registry.hpp"
 
 namespace kvmap::Detail {
 

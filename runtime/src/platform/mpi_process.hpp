@@ -3,7 +3,7 @@
 // error codes as exceptions, and the end of the whole job after an agreed call failed.
 #include <string>
 
-#include "detail/detail.hpp"
+#include "detail.hpp"
 
 namespace kvmap::Detail {
 

@@ -1,4 +1,4 @@
-#include "detail/platform/mpi_transport.hpp"
+#include "mpi_transport.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -8,10 +8,10 @@
 #include <utility>
 
 #include "kvmap/error.hpp"
-#include "detail/platform/comm.hpp"
-#include "detail/platform/mpi_process.hpp"
-#include "detail/platform/stats.hpp"
-#include "detail/testing/switches.hpp"
+#include "comm_registry.hpp"
+#include "mpi_process.hpp"
+#include "stats_counters.hpp"
+#include "switches.hpp"
 
 namespace kvmap::Detail {
 
@@ -270,47 +270,11 @@ class MpiTransport final : public Transport {
   MPI_Comm comm_;
 };
 
-// ---- emulated: this process plays one rank; every other rank does what it does ------------
-
-class EmulatedTransport final : public Transport {
- public:
-  using Transport::Transport;
-  MPI_Comm raw() const override {
-    throw Error("kvmap::Comm: an emulated communicator has no MPI communicator");
-  }
-  void release() override {}
-  void barrier() const override {}
-  // Every rank's contribution is this rank's.
-  void allgather_bytes(const void* mine, std::size_t nbytes, void* all) const override {
-    for (int r = 0; r < size() && nbytes > 0; ++r)
-      std::memcpy(static_cast<unsigned char*>(all) + nbytes * r, mine, nbytes);
-  }
-  void bcast_bytes(void*, std::size_t, int) const override {}  // the root's are already there
-  std::string bcast_string(const std::string& mine, int) const override { return mine; }
-  void allreduce_bytes(void*, std::size_t, MPI_User_function*) const override {}
-  void allreduce(void*, std::size_t, DType, Reduction) const override {}
-  // Every rank's block is this rank's, repeated where each rank's goes.
-  void allgatherv_bytes(const void* send, int send_count, void* recv,
-                        const std::vector<int>& counts,
-                        const std::vector<int>& displs) const override {
-    const std::size_t n = check_per_rank(counts, displs, size());
-    for (std::size_t r = 0; r < n; ++r) {
-      const auto bytes = static_cast<std::size_t>(std::min(send_count, counts[r]));
-      if (bytes > 0) std::memcpy(static_cast<unsigned char*>(recv) + displs[r], send, bytes);
-    }
-  }
-  // Messages from other ranks never arrive.
-  void run(Messages&, const void*, void*) const override {}
-  void alltoallw(const void*, const PeerTypes&, void*, const PeerTypes&) const override {}
-  NodeRank node_rank() const override { return NodeRank{}; }
-};
-
-std::unique_ptr<Transport> mpi_transport(MPI_Comm duplicate) {
+std::unique_ptr<Transport> duplicate_transport(MPI_Comm user) {
+  count_collective();
+  MPI_Comm duplicate = MPI_COMM_NULL;
+  check_mpi(MPI_Comm_dup(user, &duplicate), "MPI_Comm_dup");
   return std::make_unique<MpiTransport>(duplicate);
-}
-
-std::unique_ptr<Transport> emulated_transport(int rank, int size) {
-  return std::make_unique<EmulatedTransport>(rank, size);
 }
 
 void release_reduction_cache() {

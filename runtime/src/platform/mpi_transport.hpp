@@ -2,7 +2,7 @@
 // The bytes a kvmap::Comm moves: every MPI communication call of the library goes through the
 // Transport of a Comm (Detail::transport(comm)), which counts it in kvmap::stats(). The transport
 // is chosen once, when the Comm's duplicate is made: MPI, or the emulated transport of
-// emulated_comm (detail/testing/hooks.hpp), on which every other rank is taken to do what this one
+// emulated_comm (testing/hooks.hpp), on which every other rank is taken to do what this one
 // does and no MPI call is made. Every rank must call the collectives in the same order; on a
 // one-rank communicator the agreements' collectives (allgather, bcast, allreduce_bytes) make
 // no MPI call. Private to kvmap (layer 2 of ARCHITECTURE.md).
@@ -15,14 +15,14 @@
 #include <type_traits>
 #include <vector>
 
-#include "detail/detail.hpp"
+#include "detail.hpp"
 #include "kvmap/comm.hpp"
 #include "kvmap/dtype.hpp"
 
 namespace kvmap::Detail {
 
 // Largest element count kvmap passes to one MPI call (INT_MAX unless lowered by a test,
-// detail/testing/hooks.hpp).
+// testing/hooks.hpp).
 std::size_t mpi_count_limit();
 
 // An MPI datatype kvmap built; freed with its last copy (unless MPI is finalized by then).
@@ -168,8 +168,11 @@ class Transport {
 
 // A Comm's transport.
 const Transport& transport(const Comm& comm);
-// The transports a duplicate is made with (comm.cpp's registry makes them).
-std::unique_ptr<Transport> mpi_transport(MPI_Comm duplicate);
-std::unique_ptr<Transport> emulated_transport(int rank, int size);
+// The transport of a new duplicate of `user` (MPI_Comm_dup, counted like every collective of
+// a transport; comm.cpp's registry makes them). The emulated transport is the testing
+// target's (testing/emulated_transport.cpp).
+std::unique_ptr<Transport> duplicate_transport(MPI_Comm user);
+// The transport's cached MPI operations and datatypes, freed by release_cached_comms.
+void release_reduction_cache();
 
 }  // namespace kvmap::Detail

@@ -6,23 +6,38 @@
 #include "kvmap/comm.hpp"
 #include "kvmap/config.hpp"
 #include "kvmap/error.hpp"
-#include "detail/platform/comm.hpp"
-#include "detail/platform/mpi_process.hpp"
-#include "detail/platform/device_map.hpp"
-#include "detail/platform/gpu_aware_mpi.hpp"
+#include "comm_registry.hpp"
+#include "mpi_process.hpp"
+#include "device_map.hpp"
+#include "gpu_aware_mpi.hpp"
+#include "runtime_start.hpp"
+#include "stats_counters.hpp"
 
 namespace kvmap {
+
+namespace Detail {
+
+bool start_kokkos(int& argc, char**& argv) {
+  // Kokkos 4's own ScopeGuard aborts when Kokkos is already up, so ask first.
+  if (Kokkos::is_initialized()) {
+    decide_gpu_aware_mpi_on_every_rank();
+    return false;
+  }
+  initialize_kokkos(argc, argv);
+  return true;
+}
+
+void end_process_use(bool finalize_kokkos) {
+  release_cached_comms();
+  if (finalize_kokkos && Kokkos::is_initialized() && live_allocations() == 0) Kokkos::finalize();
+}
+
+}  // namespace Detail
 
 ScopeGuard::ScopeGuard(int& argc, char**& argv) {
   started_mpi_ = Detail::init_mpi(argc, argv);
   try {
-    // Kokkos 4's own ScopeGuard aborts when Kokkos is already up, so ask first.
-    if (!Kokkos::is_initialized()) {
-      Detail::initialize_kokkos(argc, argv);
-      started_kokkos_ = true;
-    } else {
-      Detail::decide_gpu_aware_mpi_on_every_rank();
-    }
+    started_kokkos_ = Detail::start_kokkos(argc, argv);
   } catch (...) {
     if (started_mpi_) Detail::finalize_mpi();
     throw;

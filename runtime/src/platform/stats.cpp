@@ -1,6 +1,6 @@
 #include "kvmap/stats.hpp"
-#include "detail/platform/gpu_aware_mpi.hpp"
-#include "detail/platform/stats.hpp"
+#include "gpu_aware_mpi.hpp"
+#include "stats_counters.hpp"
 
 #include <atomic>
 

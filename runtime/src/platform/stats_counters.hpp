@@ -3,7 +3,7 @@
 // (kvmap/stats.hpp); only kvmap writes them.
 #include <cstdint>
 
-#include "detail/detail.hpp"
+#include "detail.hpp"
 #include "kvmap/stats.hpp"
 
 namespace kvmap {

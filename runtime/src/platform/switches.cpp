@@ -1,9 +1,9 @@
-#include "detail/collective/fault_injection.hpp"
+// The test switches the library reads and the fault points the fault tests arm.
+#include "switches.hpp"
 
 #include <mutex>
 #include <string>
 
-#include "detail/testing/switches.hpp"
 #include "kvmap/error.hpp"
 
 namespace kvmap::Detail {

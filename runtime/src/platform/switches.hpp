@@ -1,8 +1,9 @@
 #pragma once
 // The library's side of the test hooks: the switches the hooks turn (runtime/src/testing,
-// compiled only into the internal target kvmap_internals, never into libkvmap). The library
-// reads them; nothing in it writes them, so in an application they keep their defaults.
-#include "detail/detail.hpp"
+// compiled only into the internal target kvmap_internals, never into libkvmap), and the fault
+// points they arm. The library reads them; nothing in it writes them, so in an application
+// they keep their defaults.
+#include "detail.hpp"
 
 #include <atomic>
 #include <climits>
@@ -17,7 +18,17 @@
 namespace kvmap::Detail {
 
 class Transport;
-enum class FaultPhase;
+
+// Fault points for the fault tests, which arm them (arm_fault, testing/hooks.hpp): the next
+// call of one collective entry point fails on one rank, in its plan (before the agreement:
+// every rank throws alike) or in its execute phase (after the agreement: the job aborts with
+// a message), or one allocation fails. Costs one relaxed atomic load when nothing is armed,
+// which in an application is always.
+enum class FaultPhase { Plan, Execute };
+
+// Called by the collective helper around the agreement, and by allocate_block ("allocate",
+// rank -1). Throws kvmap::Error when this site, phase and rank are armed (one shot).
+void fault_point(const char* site, FaultPhase phase, int rank);
 
 struct TestSwitches {
   // The largest element count kvmap passes to one MPI call.
@@ -27,7 +38,7 @@ struct TestSwitches {
   // Host memory given to MPI or staged as the GPU-aware decision says for device memory.
   std::atomic<bool> host_follows_gpu_decision{false};
 
-  // One armed fault (detail/collective/fault_injection.hpp): `armed` is read without the lock.
+  // One armed fault (fault_point): `armed` is read without the lock.
   std::atomic<bool> fault_armed{false};
   std::atomic<std::uint64_t> faults_injected{0};
   std::mutex fault_mutex;
@@ -40,7 +51,5 @@ TestSwitches& test_switches();
 
 // The GPU-aware decision made again (gpu_aware_mpi.cpp), after KVMAP_GPU_AWARE_MPI changed.
 void remake_gpu_aware_decision();
-// A Comm over a transport of kvmap's own, registered with a fresh id (comm.cpp).
-Comm comm_over(std::unique_ptr<Transport> transport);
 
 }  // namespace kvmap::Detail

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-#include "detail/detail.hpp"
+#include "detail.hpp"
 #include "kvmap/tensor_bridge.hpp"
 
 namespace kvmap {

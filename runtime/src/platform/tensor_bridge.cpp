@@ -5,8 +5,8 @@
 #include "kvmap/error.hpp"
 #include "kvmap/layout.hpp"
 
-#include "detail/layout/local_block.hpp"
-#include "detail/platform/tensor_bridge.hpp"
+#include "local_block.hpp"
+#include "tensor_blocks.hpp"
 
 namespace kvmap {
 

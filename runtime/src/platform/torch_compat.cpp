@@ -1,4 +1,4 @@
-#include "detail/platform/torch_compat.hpp"
+#include "torch_compat.hpp"
 
 #include <ATen/ATen.h>
 #include <ATen/functorch/BatchedTensorImpl.h>

@@ -9,7 +9,7 @@
 #include <memory>
 #include <mutex>
 
-#include "detail/detail.hpp"
+#include "detail.hpp"
 
 namespace kvmap::Detail::torch_compat {
 

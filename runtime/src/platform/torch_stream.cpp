@@ -1,7 +1,7 @@
 // Torch on the Kokkos instance's device and stream (see torch_stream.hpp). The CUDA part is
 // compiled against the CUDA LibTorch's c10/cuda headers in builds whose Kokkos has the CUDA
 // backend (KVMAP_TORCH_CUDA; also on machines without a GPU); it calls no Kokkos.
-#include "detail/platform/torch_stream.hpp"
+#include "torch_stream.hpp"
 
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
@@ -14,7 +14,7 @@
 #endif
 
 #include "kvmap/tensor_bridge.hpp"
-#include "detail/platform/tensor_bridge.hpp"
+#include "tensor_blocks.hpp"
 
 namespace kvmap::Detail {
 

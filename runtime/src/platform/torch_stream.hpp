@@ -17,7 +17,7 @@
 #include <memory>
 #include <optional>
 
-#include "detail/detail.hpp"
+#include "detail.hpp"
 #include "kvmap/impl/kokkos_compat.hpp"
 
 namespace kvmap::Detail {
@@ -41,7 +41,7 @@ class TorchStreamScope {
 };
 
 // Makes `device` torch's current device (from now on, not only for one call): kvmap's
-// initialization points torch at the GPU Kokkos was given (detail/platform/device_map.hpp).
+// initialization points torch at the GPU Kokkos was given (platform/device_map.hpp).
 void torch_use_device(const DeviceSpec& device);
 
 // The free memory of a CUDA device in bytes (cudaMemGetInfo, on that device), where this

@@ -1,14 +1,11 @@
-// kvmap's test hooks (detail/testing/hooks.hpp): compiled into the internal target
-// kvmap_internals for tests and benchmarks, never into libkvmap.
-#include "detail/testing/hooks.hpp"
+// kvmap's test hooks (testing/hooks.hpp): compiled into the internal target kvmap_internals
+// for tests and benchmarks, never into libkvmap.
+#include "hooks.hpp"
 
 #include <algorithm>
 #include <climits>
 #include <mutex>
 
-#include "detail/collective/fault_injection.hpp"
-#include "detail/platform/mpi_transport.hpp"
-#include "detail/testing/switches.hpp"
 #include "kvmap/error.hpp"
 
 namespace kvmap::Detail {

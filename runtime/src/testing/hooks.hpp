@@ -6,13 +6,14 @@
 // cannot call them. Not installed, not in kvmap.hpp.
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
-#include "detail/detail.hpp"
+#include "detail.hpp"
 #include "kvmap/comm.hpp"
-#include "detail/platform/comm.hpp"               // the registry: next_sequence, CommAccess
-#include "detail/platform/mpi_transport.hpp"      // a Comm's transport
-#include "detail/collective/fault_injection.hpp"  // FaultPhase
+#include "comm_registry.hpp"  // the registry: next_sequence, CommAccess, comm_over
+#include "mpi_transport.hpp"  // a Comm's transport
+#include "switches.hpp"       // FaultPhase
 
 namespace kvmap::Detail {
 
@@ -35,6 +36,8 @@ void redecide_gpu_aware_mpi();
 // from other ranks never arrives. For kvmap-perf's scale scenario: the per-call local work of
 // kvmap's real code paths at a number of ranks the machine does not have.
 Comm emulated_comm(int rank, int size);
+// Its transport (testing/emulated_transport.cpp).
+std::unique_ptr<Transport> emulated_transport(int rank, int size);
 
 // The next fault_point(site, phase, rank) on that rank throws kvmap::Error (one shot).
 // site "allocate" with rank -1: the next allocation of DistView memory in this process.

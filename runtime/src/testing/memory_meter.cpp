@@ -1,4 +1,4 @@
-#include "detail/testing/memory_meter.hpp"
+#include "memory_meter.hpp"
 
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>

@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "detail/detail.hpp"
+#include "detail.hpp"
 
 namespace kvmap::Detail {
 

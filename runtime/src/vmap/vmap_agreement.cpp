@@ -1,4 +1,4 @@
-#include "detail/vmap/vmap_agreement.hpp"
+#include "vmap_agreement.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -6,8 +6,8 @@
 
 #include "kvmap/dtype.hpp"
 #include "kvmap/error.hpp"
-#include "detail/layout/hash.hpp"
-#include "detail/platform/mpi_transport.hpp"
+#include "hash.hpp"
+#include "mpi_transport.hpp"
 
 namespace kvmap::Detail {
 
@@ -73,37 +73,33 @@ std::optional<std::vector<OutputMeta>> decode(const VmapAgreement& a) {
 
 void raise_different_outputs(const Comm& comm, bool ran, const std::vector<OutputMeta>& mine,
                              const char* who) {
-  struct Record {
-    std::uint64_t ran;
-    std::uint64_t outputs;
-  };
-  const std::vector<Record> all =
-      Detail::transport(comm).allgather(Record{ran ? 1u : 0u, fingerprint(mine)});
-  std::vector<std::uint64_t> fingerprints;
-  std::vector<bool> ran_f;
-  for (const Record& r : all) {
-    fingerprints.push_back(r.outputs);
-    ran_f.push_back(r.ran != 0);
-  }
-  const int ref = static_cast<int>(std::find(ran_f.begin(), ran_f.end(), true) - ran_f.begin());
+  RankStatus status;
+  status.takes_part = ran ? 1 : 0;
+  status.key = fingerprint(mine);
+  const std::vector<RankStatus> all = gather_statuses(comm, status);
+  const int ref = first_taking_part(all);
   const std::vector<int> differing =
-      ref < comm.size() ? ranks_differing(fingerprints, ref, ran_f) : std::vector<int>{};
+      ref < comm.size() ? ranks_differing(all, ref) : std::vector<int>{};
   if (differing.empty()) {
     throw Error(std::string(who) +
                 ": internal error: the outputs' agreement failed but no rank "
                 "differs");
   }
-  const int other = differing.front();
-  const TwoDescriptions two = describe_two(comm, ref, other, ran ? bytes_of(mine) : std::string());
-  const std::vector<OutputMeta> a = vector_from_bytes<OutputMeta>(two.reference),
-                                b = vector_from_bytes<OutputMeta>(two.other);
-  std::ostringstream os;
-  os << who << ": the function's outputs differ between ranks: rank " << ref << " returned "
-     << a.size() << " output(s)";
-  for (const auto& m : a) os << " [" << describe(m) << "]";
-  os << ", rank " << other << " returned " << b.size();
-  for (const auto& m : b) os << " [" << describe(m) << "]";
-  throw ValueError(os.str());
+  // Only the ranks that ran f see their outputs: every rank throws the same ValueError.
+  raise_differing(
+      comm, ref, differing, ran ? bytes_of(mine) : std::string(),
+      [&](int other, const std::string& theirs, const std::string& reference) {
+        const std::vector<OutputMeta> a = vector_from_bytes<OutputMeta>(reference),
+                                      b = vector_from_bytes<OutputMeta>(theirs);
+        std::ostringstream os;
+        os << who << ": the function's outputs differ between ranks: rank " << ref << " returned "
+           << a.size() << " output(s)";
+        for (const auto& m : a) os << " [" << describe(m) << "]";
+        os << ", rank " << other << " returned " << b.size();
+        for (const auto& m : b) os << " [" << describe(m) << "]";
+        return os.str();
+      },
+      Blame::EveryRank);
 }
 
 std::vector<OutputMeta> agreed_outputs(const Comm& comm, const VmapAgreement& agreed,

@@ -9,11 +9,11 @@
 #include <string>
 #include <vector>
 
-#include "detail/detail.hpp"
+#include "detail.hpp"
 #include "kvmap/comm.hpp"
 #include "kvmap/layout.hpp"
-#include "detail/collective/collective.hpp"
-#include "detail/layout/local_block.hpp"
+#include "agreement.hpp"
+#include "local_block.hpp"
 
 namespace kvmap::Detail {
 

@@ -1,4 +1,4 @@
-#include "detail/vmap/vmap_memory.hpp"
+#include "vmap_memory.hpp"
 
 #include <c10/util/Exception.h>
 
@@ -11,9 +11,9 @@
 #include <unistd.h>
 
 #include "kvmap/error.hpp"
-#include "detail/platform/device_map.hpp"
-#include "detail/platform/torch_compat.hpp"
-#include "detail/platform/torch_stream.hpp"
+#include "device_map.hpp"
+#include "torch_compat.hpp"
+#include "torch_stream.hpp"
 
 namespace kvmap::Detail {
 

@@ -6,7 +6,7 @@
 #include <memory>
 #include <optional>
 
-#include "detail/detail.hpp"
+#include "detail.hpp"
 #include "kvmap/impl/kokkos_compat.hpp"
 
 namespace kvmap::Detail {

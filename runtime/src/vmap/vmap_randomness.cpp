@@ -1,4 +1,4 @@
-#include "detail/vmap/vmap_randomness.hpp"
+#include "vmap_randomness.hpp"
 
 #include <sstream>
 #include <vector>
@@ -9,12 +9,12 @@
 #include <cstring>
 
 #include "kvmap/error.hpp"
-#include "detail/platform/torch_compat.hpp"
+#include "torch_compat.hpp"
 #include "kvmap/random.hpp"
 #include "kvmap/tensor_bridge.hpp"
-#include "detail/layout/hash.hpp"
-#include "detail/distributed/random.hpp"
-#include "detail/platform/tensor_bridge.hpp"
+#include "hash.hpp"
+#include "philox.hpp"
+#include "tensor_blocks.hpp"
 
 namespace kvmap {
 

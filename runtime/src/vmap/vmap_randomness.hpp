@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "detail/detail.hpp"
+#include "detail.hpp"
 #include "kvmap/comm.hpp"
 #include "kvmap/impl/kokkos_compat.hpp"
 #include "kvmap/vmap.hpp"
