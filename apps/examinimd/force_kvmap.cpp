@@ -40,8 +40,9 @@ int world_rank() {
 // it, then the job ends (ExaMiniMD has no error path to return through).
 [[noreturn]] void fail(const std::string& message) {
   const kvmap::Comm world = kvmap::Comm::world();
-  world.barrier();  // every rank's message is written before the job ends
-  kvmap::abort_job(world, "ExaMiniMD pair_style kvmap: " + message);
+  world.barrier();  // every rank reaches here: each writes its message before the job ends
+  kvmap::abort_job(world, "ExaMiniMD pair_style kvmap (rank " + std::to_string(world.rank()) +
+                              "): " + message);
 }
 
 // A failure that only some ranks saw (a model file one rank cannot read): kvmap's agreement

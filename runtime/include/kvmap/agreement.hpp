@@ -20,9 +20,10 @@ namespace kvmap {
 void agree(const Comm& comm, const std::exception_ptr& error = nullptr,
            const char* site = "kvmap::agree");
 
-/// Ends every process of `comm`'s job with `message` on standard error (MPI_Abort): for a
-/// failure after an agreement, when the other ranks are already inside the step's
-/// collectives and cannot be told otherwise. Never returns.
+/// Writes `message` to standard error as it is and ends every process of `comm`'s job
+/// (MPI_Abort, after a moment for the launcher to forward the message): for a failure after an
+/// agreement, when the other ranks are already inside the step's collectives and cannot be
+/// told otherwise. Never returns.
 [[noreturn]] void abort_job(const Comm& comm, const std::string& message);
 
 }  // namespace kvmap

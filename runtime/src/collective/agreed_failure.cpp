@@ -121,7 +121,8 @@ void agree(const Comm& comm, const std::exception_ptr& error, const char* site) 
 }
 
 void abort_job(const Comm& comm, const std::string& message) {
-  Detail::abort_job("rank " + std::to_string(comm.rank()) + ": " + message);
+  (void)comm;  // the whole job ends: MPICH ends only the caller when given another communicator
+  Detail::abort_job(message);
 }
 
 }  // namespace kvmap
