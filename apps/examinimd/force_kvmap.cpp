@@ -41,8 +41,8 @@ int world_rank() {
 [[noreturn]] void fail(const std::string& message) {
   const kvmap::Comm world = kvmap::Comm::world();
   world.barrier();  // every rank reaches here: each writes its message before the job ends
-  kvmap::abort_job(world, "ExaMiniMD pair_style kvmap (rank " + std::to_string(world.rank()) +
-                              "): " + message);
+  kvmap::abort_job(
+      world, "ExaMiniMD pair_style kvmap (rank " + std::to_string(world.rank()) + "): " + message);
 }
 
 // A failure that only some ranks saw (a model file one rank cannot read): kvmap's agreement
