@@ -117,5 +117,6 @@ void scenario_native(Report& report);
 void scenario_zero_copy(Report& report);
 void scenario_scale(Report& report);
 void scenario_models(Report& report);
+void scenario_overlap(Report& report);
 
 }  // namespace kvmap_perf

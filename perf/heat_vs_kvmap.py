@@ -31,6 +31,18 @@ from the environment (use 1) and recorded.
 
 Output: a table on rank 0's stdout with Heat/kvmap per case, and with --json FILE one JSON
 line per (ranks, batch, chunk size, contender) with "scenario": "heat_vs_kvmap".
+
+--case overlap (the default runs both cases, --case vmap or --case overlap one) times halos
+along the split axis: a 1-D 5-point stencil (depth 2) and a 2-D 3x3 filter (depth 1, zero
+columns beyond the edges) on a row-split float32 grid, zero rows beyond the global ends, with
+--overlap-elements per rank (default 1048576; 67108864 for the large case). Contenders, each
+computing the same torch operations on the same extended block: Heat (``get_halo`` +
+``array_with_halos``, the zero rows added on the edge ranks by hand), ``kvmap.map_overlap``
+on the DistView and on the DNDarray (``boundary=0.0, trim=False``), a hand-written mpi4py
+``Sendrecv`` with both neighbours into a preallocated block, and the copy ceiling (the local
+rows copied into the block, no exchange). Every contender's result must equal the
+hand-written one exactly (the same operations on the same rows); JSON lines carry
+"scenario": "heat_vs_kvmap_overlap".
 """
 import argparse
 import datetime
@@ -146,6 +158,106 @@ def measure(comm, calls, args):
     return {n: (statistics.median(slowest[j]), float(slowest[j].min()), reps) for j, n in enumerate(names)}
 
 
+OVERLAP_CONTENDERS = ("heat get_halo", "kvmap.map_overlap", "kvmap.map_overlap (DNDarray)",
+                      "mpi4py Sendrecv", "copy ceiling")
+
+
+def stencil_1d(e):
+    """The 5-point stencil on a block extended by 2 rows each side: the block's own rows."""
+    m = e.shape[0] - 4
+    return 0.4 * e[2:2 + m] + 0.2 * (e[1:1 + m] + e[3:3 + m]) + 0.1 * (e[0:m] + e[4:4 + m])
+
+
+def filter_2d(e, w):
+    """A 3x3 filter on a row block extended by 1 row each side, zero columns beyond the edges."""
+    return torch.nn.functional.conv2d(e[None, None], w, padding=(0, 1))[0, 0]
+
+
+def make_overlap_calls(comm, x, d, op, depth):
+    """The contenders of one overlap case: each returns the rank's own rows of op."""
+    rank, ranks = comm.rank, comm.size
+    local = x.larray
+    n, cols = local.shape
+    prev = rank - 1 if rank > 0 else MPI.PROC_NULL
+    nxt = rank + 1 if rank < ranks - 1 else MPI.PROC_NULL
+    block = torch.zeros(n + 2 * depth, cols)  # the hand-written exchange's preallocated block
+    zeros = torch.zeros(depth, cols)
+
+    def by_hand():
+        block[depth:depth + n] = local
+        # My first rows to the previous rank's tail, my last rows to the next rank's head; the
+        # edge ranks' outer rows stay zero (PROC_NULL).
+        comm.Sendrecv(local[:depth].numpy(), dest=prev, sendtag=1,
+                      recvbuf=block[n + depth:].numpy(), source=nxt, recvtag=1)
+        comm.Sendrecv(local[n - depth:].numpy(), dest=nxt, sendtag=2,
+                      recvbuf=block[:depth].numpy(), source=prev, recvtag=2)
+        return op(block)
+
+    def heat():
+        x.get_halo(depth)
+        e = x.array_with_halos
+        parts = ([zeros] if rank == 0 else []) + [e] + ([zeros] if rank == ranks - 1 else [])
+        return op(torch.cat(parts) if len(parts) > 1 else e)
+
+    def ceiling():
+        e = torch.empty(n + 2 * depth, cols)
+        e[depth:depth + n] = local
+        return op(e)
+
+    mapped = dict(depth=depth, boundary=0.0, trim=False)
+    return {
+        "heat get_halo": heat,
+        "kvmap.map_overlap": lambda: kvmap.map_overlap(op, d, **mapped)[0].larray,
+        "kvmap.map_overlap (DNDarray)": lambda: kvmap.map_overlap(op, x, **mapped)[0].larray,
+        "mpi4py Sendrecv": by_hand,
+        "copy ceiling": ceiling,
+    }
+
+
+def run_overlap(comm, args, meta):
+    """The overlap cases: records, and (case, kvmap/hand-written, kvmap/Heat) for the summary."""
+    rank, ranks = comm.rank, comm.size
+    w = torch.full((1, 1, 3, 3), 1.0 / 9)
+    records, summary = [], []
+    for elements in args.overlap_elements:
+        side = int(math.isqrt(elements))
+        cases = (("1-D 5-point stencil", (elements, 1), 2, stencil_1d),
+                 ("2-D 3x3 filter", (side, elements // side), 1, lambda e: filter_2d(e, w)))
+        for name, shape, depth, op in cases:
+            local = torch.randn(*shape, generator=torch.Generator().manual_seed(2000 + rank))
+            x = ht.array(local, is_split=0)
+            d = kvmap.from_heat(x)
+            calls = make_overlap_calls(comm, x, d, op, depth)
+            reference = calls["mpi4py Sendrecv"]().clone()
+            bad = [c for c in OVERLAP_CONTENDERS
+                   if c != "copy ceiling" and not torch.equal(calls[c](), reference)]
+            everyone = comm.allgather(bad)
+            if any(everyone):
+                if rank == 0:
+                    print("heat_vs_kvmap: %s: %s computes something else than the hand-written "
+                          "exchange; no timing is reported" % (name, everyone), file=sys.stderr)
+                sys.exit(1)
+            result = measure(comm, calls, args)
+            label = "%s, %d per rank" % (name, elements)
+            for c in OVERLAP_CONTENDERS:
+                med, lo, reps = result[c]
+                records.append(dict(meta, scenario="heat_vs_kvmap_overlap", function=name, case=name,
+                                    elements_per_rank=shape[0] * shape[1], depth=depth, contender=c,
+                                    median_s=med, min_s=lo, reps=reps))
+                if rank == 0:
+                    print("%-36s %-30s %11s %11s %6d" % (label, c, fmt(med), fmt(lo), reps), flush=True)
+            kv = result["kvmap.map_overlap"][0]
+            summary.append((label, result["mpi4py Sendrecv"][0] / kv, result["heat get_halo"][0] / kv,
+                            result["heat get_halo"][0] / result["kvmap.map_overlap (DNDarray)"][0]))
+    if rank == 0:
+        print("\nmap_overlap throughput over the hand-written exchange's and over Heat's "
+              "(> 1: kvmap faster), medians, %d rank(s)" % ranks)
+        print("%-36s %14s %10s %18s" % ("case", "hand-written", "Heat", "Heat (DNDarray)"))
+        for label, hand, heat, heat_nd in summary:
+            print("%-36s %13.2fx %9.2fx %17.2fx" % (label, hand, heat, heat_nd))
+    return records
+
+
 def fmt(s):
     return "%.1f us" % (s * 1e6) if s < 1e-3 else ("%.2f ms" % (s * 1e3) if s < 1 else "%.3f s" % s)
 
@@ -159,8 +271,15 @@ def main():
     ap.add_argument("--target-s", type=float, default=None, help="time per contender and case (default 0.2)")
     ap.add_argument("--min-reps", type=int, default=None, help="default 7 (--quick: 3)")
     ap.add_argument("--max-reps", type=int, default=None, help="default 1000 (--quick: 20)")
+    ap.add_argument("--case", default="vmap,overlap", help="vmap, overlap or both (default)")
+    ap.add_argument("--overlap-elements", default="1048576",
+                    help="grid elements per rank of the overlap cases (e.g. 1048576,67108864)")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    cases = {c.strip() for c in args.case.split(",") if c.strip()}
+    args.overlap_elements = [int(s) for s in args.overlap_elements.split(",") if s.strip()]
+    if not cases or cases - {"vmap", "overlap"} or min(args.overlap_elements or [0]) < 16:
+        ap.error("--case takes vmap and/or overlap; --overlap-elements at least 16 each")
     args.target_s = args.target_s if args.target_s is not None else (0.02 if args.quick else 0.2)
     args.min_reps = args.min_reps if args.min_reps is not None else (3 if args.quick else 7)
     args.max_reps = args.max_reps if args.max_reps is not None else (20 if args.quick else 1000)
@@ -184,7 +303,7 @@ def main():
                  meta["hostname"], " (--quick: smoke test)" if args.quick else ""), flush=True)
         print("%10s %7s  %-20s %11s %11s %6s" % ("batch/rank", "chunk", "contender", "median", "min", "reps"))
     records, summary = [], []
-    for batch in sizes:
+    for batch in (sizes if "vmap" in cases else []):
         local = torch.randn(batch, FEATURES, generator=torch.Generator().manual_seed(1000 + rank))
         x = ht.array(local, is_split=0)
         d = kvmap.from_heat(x)
@@ -211,7 +330,7 @@ def main():
                                 global_batch=batch * ranks, chunked=chunk_size is not None,
                                 chunk_size=chunk_size, extra_median_s=kv[0] - raw[0],
                                 extra_min_s=kv[1] - raw[1]))
-    if rank == 0:
+    if rank == 0 and summary:
         print("\nHeat / kvmap (time per call; > 1: kvmap faster) and kvmap's time over raw "
               "functorch from Python, %d rank(s)" % ranks)
         print("%10s %7s %10s %10s %14s %14s" % ("batch/rank", "chunk", "median", "min", "extra median",
@@ -219,6 +338,9 @@ def main():
         for batch, chunk_size, med, lo, extra_med, extra_lo in summary:
             print("%10d %7s %9.2fx %9.2fx %14s %14s" % (batch, chunk_size or "-", med, lo, fmt(extra_med),
                                                          fmt(extra_lo)))
+    if "overlap" in cases:
+        records += run_overlap(comm, args, meta)
+    if rank == 0:
         if args.json:
             with open(args.json, "w") as out:
                 for r in records:

@@ -24,17 +24,18 @@ const std::map<std::string, std::function<void(kvmap_perf::Report&)>>& scenarios
       {"zero-copy", kvmap_perf::scenario_zero_copy},
       {"scale", kvmap_perf::scenario_scale},
       {"models", kvmap_perf::scenario_models},
+      {"overlap", kvmap_perf::scenario_overlap},
   };
   return s;
 }
-const char* kOrder[] = {"zero-copy", "overhead", "models",         "chunks",
-                        "scaling",   "scale",    "redistribution", "native"};
+const char* kOrder[] = {"zero-copy", "overhead",       "models", "chunks", "scaling",
+                        "scale",     "redistribution", "native", "overlap"};
 
 int usage(int rc) {
   std::printf(
       "usage: mpirun -np N kvmap-perf [--scenario NAME[,NAME...]] [--quick] [--json FILE] "
       "[--version]\n"
-      "scenarios: zero-copy overhead models chunks scaling scale redistribution native\n"
+      "scenarios: zero-copy overhead models chunks scaling scale redistribution native overlap\n"
       "           (default: all),\n"
       "           instructions (under callgrind only: perf/instructions.py runs it)\n");
   return rc;

@@ -23,9 +23,20 @@ using kvmap::VmapOptions;
 
 namespace {
 
+// What a row's cost may do as P grows (tests/traffic/compare_traffic.py checks it):
+//   Fixed:      nothing at P = 1; the same calls, collectives and bytes at every P > 1;
+//   Neighbours: the same collectives and bytes at every P > 1, and point-to-point messages
+//               with a bounded set of neighbours (fewer at P = 2, where the rank before and
+//               the rank after are one rank): calls at most those at the largest P;
+//   Data:       reported, not checked (what really moves grows with P).
+enum class Cost { Fixed, Neighbours, Data };
+const char* name(Cost c) {
+  return c == Cost::Fixed ? "fixed" : c == Cost::Neighbours ? "neighbours" : "data";
+}
+
 struct Row {
   std::string op;
-  bool fixed;  // must cost the same at every P > 1, nothing at P = 1
+  Cost cost;
   std::uint64_t calls, collectives, bytes_received;
   std::string functions;  // rank 0's calls
 };
@@ -43,8 +54,7 @@ std::uint64_t max_over_ranks(std::uint64_t v) {
 
 // One call of `op` after a warm-up call (communicator duplicates, cached plans and MPI
 // operations are made once, not per call), counted.
-kvmap_traffic::Counts measure(const std::string& name, bool fixed,
-                              const std::function<void()>& op) {
+kvmap_traffic::Counts measure(const std::string& name, Cost cost, const std::function<void()>& op) {
   op();
   MPI_Barrier(MPI_COMM_WORLD);
   const std::uint64_t counted_before = kvmap::stats().bytes_received;
@@ -53,10 +63,10 @@ kvmap_traffic::Counts measure(const std::string& name, bool fixed,
   kvmap_traffic::Counts c = kvmap_traffic::stop();
   // kvmap's own account of what it received agrees with MPI's arguments.
   CHECK(kvmap::stats().bytes_received - counted_before == c.bytes_received);
-  rows().push_back(Row{name, fixed, max_over_ranks(c.calls), max_over_ranks(c.collectives),
+  rows().push_back(Row{name, cost, max_over_ranks(c.calls), max_over_ranks(c.collectives),
                        max_over_ranks(c.bytes_received), c.functions});
   INFO(name << " on rank " << rank() << ": " << c.functions);
-  if (nranks() == 1 && fixed) CHECK(c.calls == 0);
+  if (nranks() == 1 && cost == Cost::Fixed) CHECK(c.calls == 0);
   return c;
 }
 
@@ -124,8 +134,8 @@ TEST_CASE("vmap: one fixed-size agreement per call in every mode, for 1 and 9 ou
         const std::string name = std::string("vmap ") + kvmap::name(mode) + " " +
                                  std::to_string(nout) + (nout == 1 ? " output " : " outputs ") +
                                  (even ? "even" : "uneven");
-        const auto c =
-            measure(name, true, [&] { out = kvmap::vmap(f, VmapOptions().randomness(mode))(x); });
+        const auto c = measure(name, Cost::Fixed,
+                               [&] { out = kvmap::vmap(f, VmapOptions().randomness(mode))(x); });
         // The agreement is one collective: an MPI_Allreduce of at most 128 bytes.
         if (P > 1) {
           CHECK(c.collectives == 1);
@@ -154,14 +164,15 @@ TEST_CASE("vmap: ranks without samples learn the outputs' metadata") {
                .redistribute(Layout::from_counts({n, 3}, 0, counts));
   for (int nout : {1, 9}) {
     std::vector<View> out;
-    const auto c = measure(
-        "vmap error " + std::to_string(nout) + " outputs, a rank without samples", true, [&] {
-          out = kvmap::vmap([nout](const at::Tensor& v) {
-            std::vector<at::Tensor> r;
-            for (int k = 0; k < nout; ++k) r.push_back((v * 2 + k).to(at::kDouble));
-            return r;
-          })(x);
-        });
+    const auto c =
+        measure("vmap error " + std::to_string(nout) + " outputs, a rank without samples",
+                Cost::Fixed, [&] {
+                  out = kvmap::vmap([nout](const at::Tensor& v) {
+                    std::vector<at::Tensor> r;
+                    for (int k = 0; k < nout; ++k) r.push_back((v * 2 + k).to(at::kDouble));
+                    return r;
+                  })(x);
+                });
     CHECK(c.all_to_all == 0);
     const at::Tensor xg = x.allgather();
     for (int k = 0; k < nout; ++k) {
@@ -176,24 +187,24 @@ TEST_CASE("factories, from_global, linalg and manual_seed: one fixed-size agreem
   const int P = nranks();
   const kvmap::Shape shape{4 * P + 3, 5};
   std::optional<View> z;
-  const auto c = measure("zeros", true, [&] { z = View::zeros(shape, DType::Float64, 0); });
+  const auto c = measure("zeros", Cost::Fixed, [&] { z = View::zeros(shape, DType::Float64, 0); });
   if (P > 1) CHECK(c.collectives == 1);
   CHECK(z->allgather().eq(0).all().item<bool>());
-  measure("full", true, [&] { z = View::full(shape, 2.5, DType::Float64, 0); });
+  measure("full", Cost::Fixed, [&] { z = View::full(shape, 2.5, DType::Float64, 0); });
   CHECK(z->allgather().eq(2.5).all().item<bool>());
-  measure("random::uniform", true,
+  measure("random::uniform", Cost::Fixed,
           [&] { z = kvmap::random::uniform<TestMemSpace>(shape, DType::Float64, 0); });
   const at::Tensor full = pattern(shape, at::kDouble, 4);
   std::optional<View> xo;
-  measure("from_global", true, [&] { xo = View::from_global(full, 0); });
+  measure("from_global", Cost::Fixed, [&] { xo = View::from_global(full, 0); });
   View& x = *xo;
   CHECK(at::equal(x.allgather(), full));
   View y = View::from_global(pattern(shape, at::kDouble, 5), 0);
   double dot = 0, nrm = 0;
-  measure("linalg::dot", true, [&] { dot = kvmap::linalg::dot(x, y); });
-  measure("linalg::nrm2", true, [&] { nrm = kvmap::linalg::nrm2(x); });
-  measure("linalg::axpby", true, [&] { kvmap::linalg::axpby(1.0, x, 0.0, y); });
-  measure("manual_seed", true, [&] { kvmap::manual_seed(11); });
+  measure("linalg::dot", Cost::Fixed, [&] { dot = kvmap::linalg::dot(x, y); });
+  measure("linalg::nrm2", Cost::Fixed, [&] { nrm = kvmap::linalg::nrm2(x); });
+  measure("linalg::axpby", Cost::Fixed, [&] { kvmap::linalg::axpby(1.0, x, 0.0, y); });
+  measure("manual_seed", Cost::Fixed, [&] { kvmap::manual_seed(11); });
   const at::Tensor yg = pattern(shape, at::kDouble, 5);
   // n-term sums in float64 in two orders: the bound of both, relative to the terms' magnitudes.
   const auto scalar = [](double v) { return at::full({}, v, at::kDouble); };
@@ -203,16 +214,53 @@ TEST_CASE("factories, from_global, linalg and manual_seed: one fixed-size agreem
   CHECK(kvmap::check_close(scalar(nrm), scalar(full.norm().item<double>()),
                            {n + 3, scalar(full.norm().item<double>())}));
   // from_local needs every rank's count (data that really moves): reported, not fixed.
-  measure("from_local", false, [&] { View::from_local(x.local(), 0); });
+  measure("from_local", Cost::Data, [&] { View::from_local(x.local(), 0); });
   // With the layout known on every rank (balanced), nothing per rank travels.
-  measure("from_local(layout)", true, [&] { View::from_local(x.local(), x.layout()); });
+  measure("from_local(layout)", Cost::Fixed, [&] { View::from_local(x.local(), x.layout()); });
+}
+
+TEST_CASE("halo and map_overlap: fixed-size agreements plus exactly the halo rows") {
+  // Balanced rows of 5 float64, a periodic depth of 2: every rank receives 2 rows from each
+  // neighbour (from the one other rank at P = 2), whatever P; nothing at P = 1 (its own rows).
+  const int P = nranks();
+  const kvmap::Shape shape{10 * P, 5};
+  const at::Tensor full = pattern(shape, at::kDouble, 9);
+  const View x = View::from_global(full, 0);
+  const std::uint64_t halo_bytes = P > 1 ? 4 * 5 * sizeof(double) : 0;
+  std::optional<View> z;
+  const auto agreement = measure("zeros (the agreement alone)", Cost::Fixed,
+                                 [&] { z = View::zeros(shape, DType::Float64, 0); });
+  at::Tensor ext;
+  const auto h = measure("halo depth 2, periodic", Cost::Neighbours,
+                         [&] { ext = x.halo(2, kvmap::Boundary::Periodic); });
+  CHECK(h.bytes_received == agreement.bytes_received + halo_bytes);
+  if (P > 1) CHECK(h.collectives == 1);
+  const std::int64_t me = rank();
+  const at::Tensor idx = at::arange(me * 10 - 2, me * 10 + 12, at::kLong).remainder(10 * P);
+  CHECK(at::equal(ext, full.index_select(0, idx)));
+  // Copies: the 10 own rows once into the block, the 4 halo rows packed once and unpacked
+  // once (at P = 1 its own rows, copied in the same two steps), whatever P.
+  const std::uint64_t copied_before = kvmap::stats().bytes_copied;
+  ext = x.halo(2, kvmap::Boundary::Periodic);
+  CHECK(kvmap::stats().bytes_copied - copied_before == (10 + 4 + 4) * 5 * sizeof(double));
+  std::optional<View> out;
+  const auto vm = measure("vmap, one output (its agreement alone)", Cost::Fixed,
+                          [&] { out = kvmap::vmap([](const at::Tensor& r) { return r * 2; })(x); });
+  const auto mo = measure("map_overlap depth 2, periodic", Cost::Neighbours, [&] {
+    out =
+        kvmap::map_overlap([](const at::Tensor& b) { return b * 2; },
+                           kvmap::OverlapOptions().depth(2).boundary(kvmap::Boundary::Periodic))(x);
+  });
+  CHECK(mo.bytes_received == agreement.bytes_received + vm.bytes_received + halo_bytes);
+  if (P > 1) CHECK(mo.collectives == 2);
+  CHECK(at::equal(out->allgather(), full * 2));
 }
 
 TEST_CASE("start-up: the GPU-aware decision is one collective through kvmap::Comm") {
   // What kvmap's initialization runs once (platform/gpu_aware_mpi.hpp), again: counted by
   // stats() as by the PMPI layer, nothing at one rank.
   const std::uint64_t before = kvmap::stats().collectives;
-  const auto c = measure("start-up GPU-aware decision", true,
+  const auto c = measure("start-up GPU-aware decision", Cost::Fixed,
                          [] { kvmap::Detail::decide_gpu_aware_mpi_on_every_rank(); });
   // measure() runs it twice: a warm-up and the counted call.
   CHECK(kvmap::stats().collectives - before == 2 * c.collectives);
@@ -232,7 +280,7 @@ TEST_CASE("balance, gather and scatter talk only to the ranks that hold data") {
   const at::Tensor full = pattern({n, 4}, at::kFloat, 6);
   auto x = View::from_global(full, 0).redistribute(Layout::from_counts({n, 4}, 0, counts));
   std::optional<View> balanced;
-  const auto b = measure("balance", false, [&] { balanced = x.balance(); });
+  const auto b = measure("balance", Cost::Data, [&] { balanced = x.balance(); });
   CHECK(at::equal(balanced->allgather(), full));
   CHECK(balanced->layout() == Layout::balanced({n, 4}, 0, P));
   CHECK(b.all_to_all == 0);
@@ -243,7 +291,7 @@ TEST_CASE("balance, gather and scatter talk only to the ranks that hold data") {
   CHECK(b.types_committed == 0);
 
   at::Tensor g;
-  const auto gc = measure("gather", false, [&] { g = x.gather(0); });
+  const auto gc = measure("gather", Cost::Data, [&] { g = x.gather(0); });
   if (me == 0) CHECK(at::equal(g, full));
   CHECK(gc.all_to_all == 0);
   CHECK(gc.sent_to == (me != 0 && counts[me] > 0 ? std::set<int>{0} : std::set<int>{}));
@@ -255,7 +303,7 @@ TEST_CASE("balance, gather and scatter talk only to the ranks that hold data") {
 
   std::optional<View> s;
   const auto sc =
-      measure("scatter", false, [&] { s = View::scatter(me == 0 ? full : at::Tensor(), 0); });
+      measure("scatter", Cost::Data, [&] { s = View::scatter(me == 0 ? full : at::Tensor(), 0); });
   CHECK(at::equal(s->allgather(), full));
   CHECK(sc.all_to_all == 0);
   // Root sends each rank its rows; the others receive from root only.
@@ -267,7 +315,7 @@ TEST_CASE("balance, gather and scatter talk only to the ranks that hold data") {
                   .redistribute(Layout::from_counts({3, n}, 1, counts));
   std::optional<View> cols_balanced;
   const std::uint64_t plans_before = kvmap::stats().plans_built;
-  const auto bc = measure("balance, split 1", false, [&] { cols_balanced = cols.balance(); });
+  const auto bc = measure("balance, split 1", Cost::Data, [&] { cols_balanced = cols.balance(); });
   // At most the warm-up call made a plan (at P = 1 an earlier call's plan fits); the next
   // call makes none.
   CHECK(kvmap::stats().plans_built - plans_before <= 1);
@@ -282,7 +330,7 @@ TEST_CASE("balance, gather and scatter talk only to the ranks that hold data") {
   // A change of split axis: every pair exchanges.
   auto wide = View::from_global(pattern({2 * P, 3 * P}, at::kFloat, 7), 0);
   std::optional<View> r;
-  measure("resplit 0 -> 1", false, [&] { r = wide.resplit(1); });
+  measure("resplit 0 -> 1", Cost::Data, [&] { r = wide.resplit(1); });
   CHECK(at::equal(r->allgather(), wide.allgather()));
 }
 
@@ -290,8 +338,8 @@ TEST_CASE("write this run's figures") {
   if (rank() != 0) return;
   std::ofstream out("traffic_np" + std::to_string(nranks()) + ".tsv");
   for (const Row& r : rows()) {
-    out << r.op << '\t' << (r.fixed ? "fixed" : "data") << '\t' << r.calls << '\t' << r.collectives
-        << '\t' << r.bytes_received << '\t' << r.functions << '\n';
+    out << r.op << '\t' << name(r.cost) << '\t' << r.calls << '\t' << r.collectives << '\t'
+        << r.bytes_received << '\t' << r.functions << '\n';
   }
   CHECK(out.good());
 }

@@ -2,7 +2,11 @@
 
 Reads traffic_np<P>.tsv (written by kvmap_test_traffic at each P) from a directory and
 checks every row marked "fixed": no MPI call at P = 1, and the same number of calls,
-collectives and bytes received per rank at every P > 1. Prints the table it compared.
+collectives and bytes received per rank at every P > 1; and every row marked "neighbours"
+(halo exchanges): the same collectives and bytes at every P > 1, and no more calls at any P
+than at the largest (point-to-point messages with a bounded set of neighbours; at P = 2 the
+rank before and the rank after are one). Rows marked "data" are printed, not checked.
+Prints the table it compared.
 """
 import pathlib
 import re
@@ -33,12 +37,19 @@ def main(directory):
             row = runs[p].get(op)
             cells.append("-" if row is None else f"{row[1]}/{row[2]}/{row[3]}")
         kind = runs[ps[-1]][op][0]
-        print(f"  {op:48s} {kind:5s} " + "  ".join(f"{c:>14s}" for c in cells))
+        print(f"  {op:48s} {kind:10s} " + "  ".join(f"{c:>14s}" for c in cells))
+        above = {p: runs[p][op][1:4] for p in ps if p > 1 and op in runs[p]}
+        if kind == "neighbours":
+            if len({v[1:] for v in above.values()}) > 1:
+                failures.append(f"{op}: (collectives, bytes) differ with P: {above}")
+            most = above[ps[-1]][0] if ps[-1] in above else 0
+            if any(v[0] > most for v in above.values()):
+                failures.append(f"{op}: more calls at some P than at P = {ps[-1]}: {above}")
+            continue
         if kind != "fixed":
             continue
         if 1 in runs and op in runs[1] and runs[1][op][1] != 0:
             failures.append(f"{op}: {runs[1][op][1]} MPI call(s) at P = 1 ({runs[1][op][4]})")
-        above = {p: runs[p][op][1:4] for p in ps if p > 1 and op in runs[p]}
         if len(set(above.values())) > 1:
             failures.append(f"{op}: (calls, collectives, bytes) differ with P: {above}")
     for f in failures:

@@ -56,7 +56,7 @@ def _finalize():
 
 
 __all__ = ["DistView", "Error", "RemoteError", "Closeness", "check_close", "array", "zeros", "ones", "full", "arange",
-           "vmap", "map_batches", "chunk_rows", "random", "from_heat", "manual_seed", "dot", "nrm2", "stats", "reset_stats",
+           "vmap", "map_batches", "map_overlap", "chunk_rows", "random", "from_heat", "manual_seed", "dot", "nrm2", "stats", "reset_stats",
            "version", "build_info"]
 __version__ = version()
 
@@ -203,9 +203,20 @@ def _to(self, device):
     return _comms.remember(self._moved_to(device), _comms.lookup(self))
 
 
+def _halo(self, depth, boundary="none"):
+    """This rank's block extended along the split axis by ``depth`` rows before and after (an
+    int, or ``(before, after)``), the rows beyond the global ends as ``boundary`` says
+    (``map_overlap``'s meaning): a new contiguous tensor (collective)."""
+    from ._vmap import _boundary, _depth
+    before, after = _depth(depth)
+    name, constant = _boundary(boundary)
+    return self._halo(before, after, name, constant)
+
+
 DistView.numpy = _numpy
 DistView.to = _to
+DistView.halo = _halo
 
 
 from . import random  # noqa: E402
-from ._vmap import map_batches, vmap  # noqa: E402
+from ._vmap import map_batches, map_overlap, vmap  # noqa: E402

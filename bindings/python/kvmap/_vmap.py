@@ -1,5 +1,8 @@
-"""kvmap.vmap with Heat's signature and argument checks, and kvmap.map_batches for functions
-that are already batch-aware; both run kvmap's one C++ scheduler."""
+"""kvmap.vmap with Heat's signature and argument checks, kvmap.map_batches for functions
+that are already batch-aware, and kvmap.map_overlap (Dask's) for functions of a block and its
+neighbours' rows; all run kvmap's C++ core."""
+import numbers
+
 from . import _kvmap
 
 
@@ -73,3 +76,55 @@ def map_batches(func, out_dims=0, *, chunk_size=None, memory_budget=None, pad_to
     """
     return _mapped("kvmap.map_batches", func, out_dims, "error", chunk_size, memory_budget, pad_to_chunk,
                    True)
+
+
+_BOUNDARIES = ("none", "periodic", "reflect", "nearest")
+
+
+def _depth(depth):
+    """(before, after) from an int or a pair of ints."""
+    def is_int(d):
+        return isinstance(d, numbers.Integral) and not isinstance(d, bool)
+    if is_int(depth):
+        return int(depth), int(depth)
+    if isinstance(depth, (tuple, list)) and len(depth) == 2 and all(is_int(d) for d in depth):
+        return int(depth[0]), int(depth[1])
+    raise TypeError("kvmap.map_overlap: depth must be an int or a (before, after) pair of ints, got %r"
+                    % (depth,))
+
+
+def _boundary(boundary):
+    """(name, constant) from a boundary's name or a number (a constant)."""
+    if isinstance(boundary, str):
+        if boundary not in _BOUNDARIES:
+            raise ValueError("kvmap.map_overlap: boundary must be 'none', 'periodic', 'reflect', "
+                             "'nearest' or a number, got %r" % (boundary,))
+        return boundary, 0.0
+    if isinstance(boundary, numbers.Real) and not isinstance(boundary, bool):
+        return "constant", float(boundary)
+    raise TypeError("kvmap.map_overlap: boundary must be 'none', 'periodic', 'reflect', 'nearest' or "
+                    "a number, got %r" % (boundary,))
+
+
+def map_overlap(func, *arrays, depth, boundary="none", trim=True, **kwargs):
+    """Dask's ``map_overlap`` on arrays split along one axis (DistViews or Heat DNDarrays).
+
+    On each rank that holds rows, ``func`` receives its block of every array extended along the
+    split axis by ``depth`` rows before and after (an int, or ``(before, after)``), taken from
+    the neighbouring ranks (as many as the rows lie on), as contiguous tensors, and the keyword
+    arguments unmapped. Beyond the global ends the rows are as ``numpy.pad`` pads the gathered
+    array: ``boundary="none"`` adds none (the first and last blocks are shorter), "periodic"
+    wraps, "reflect" mirrors (numpy's "symmetric"), "nearest" repeats the edge row, a number is
+    a constant. ``func`` returns tensors with as many rows along that axis as it was given
+    (``trim=True``: kvmap removes the added rows) or exactly its own rows (``trim=False``).
+    Returns a tuple with one array per output, with the inputs' per-rank counts: DistViews, or
+    DNDarrays where an input is one. Ranks without rows do not call ``func``.
+    """
+    if not callable(func):
+        raise TypeError("kvmap.map_overlap: func must be callable, got %s" % type(func).__name__)
+    if not isinstance(trim, bool):
+        raise TypeError("kvmap.map_overlap: trim must be a bool, got %s" % type(trim).__name__)
+    before, after = _depth(depth)
+    name, constant = _boundary(boundary)
+    mapped = _kvmap._mapped_overlap(func, before, after, name, constant, trim)
+    return mapped(*arrays, **kwargs)

@@ -2,9 +2,11 @@
 // (redistribution, another memory space, a Heat DNDarray).
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "bindings.hpp"
 #include "dist_views.hpp"
@@ -157,12 +159,79 @@ void bind_moves(py::class_<PyDistView>& c) {
            "duplicated once, collectively, since Heat frees the handles it holds).");
 }
 
+// Halos along the split axis: the extended block (DistView::halo), and Heat's get_halo with
+// its attributes.
+void bind_halos(py::class_<PyDistView>& c) {
+  c.def("_halo",
+        [](const PyDistView& d, std::int64_t before, std::int64_t after,
+           const std::string& boundary, double constant) {
+          const auto options = kvmap::OverlapOptions()
+                                   .depth(before, after)
+                                   .boundary(to_boundary("DistView.halo", boundary), constant);
+          py::gil_scoped_release release;  // a collective: other Python threads run meanwhile
+          return d.visit([&](const auto& v) { return v.halo(options); });
+        })
+      .def(
+          "get_halo",
+          [](PyDistView& d, const py::object& halo_size, bool prev, bool next) {
+            if (!py::isinstance<py::int_>(halo_size) || py::isinstance<py::bool_>(halo_size)) {
+              throw py::type_error("halo_size needs to be of Python type integer, " +
+                                   std::string(py::str(py::type::of(halo_size))) + " given");
+            }
+            const std::int64_t n = halo_size.cast<std::int64_t>();
+            if (n < 0) {
+              throw py::value_error("halo_size needs to be a non-negative Python integer, " +
+                                    std::to_string(n) + " given");
+            }
+            d.halo_prev = py::none();
+            d.halo_next = py::none();
+            const std::optional<int> split = d.visit([](const auto& v) { return v.split(); });
+            if (!split || n == 0) return;
+            const auto options = kvmap::OverlapOptions().depth(prev ? n : 0, next ? n : 0);
+            at::Tensor ext;
+            {
+              py::gil_scoped_release release;
+              ext = d.visit([&](const auto& v) { return v.halo(options); });
+            }
+            // The rows before and after this rank's own (fewer at the array's ends).
+            const std::int64_t own = d.visit([](const auto& v) { return v.lshape()[*v.split()]; });
+            if (own == 0) return;
+            const std::int64_t offset =
+                d.visit([](const auto& v) { return v.layout().offset(v.comm().rank()); });
+            const std::int64_t before = std::min(prev ? n : 0, offset);
+            const std::int64_t after = ext.size(*split) - own - before;
+            if (before > 0) d.halo_prev = py::cast(ext.narrow(*split, 0, before));
+            if (after > 0) d.halo_next = py::cast(ext.narrow(*split, before + own, after));
+          },
+          py::arg("halo_size"), py::arg("prev") = true, py::arg("next") = true,
+          "Fetches the rows of halo_size before and after this rank's block along the split axis\n"
+          "into halo_prev and halo_next (None at the array's ends, on empty ranks, and for a\n"
+          "replicated array), as Heat's DNDarray.get_halo does; unlike Heat, halo_size may exceed\n"
+          "the neighbours' blocks (the rows then come from as many ranks as they lie on).")
+      .def_readonly("halo_prev", &PyDistView::halo_prev)
+      .def_readonly("halo_next", &PyDistView::halo_next)
+      .def_property_readonly(
+          "array_with_halos",
+          [](const PyDistView& d) {
+            at::Tensor local = d.visit([](const auto& v) { return v.local(); });
+            const std::optional<int> split = d.visit([](const auto& v) { return v.split(); });
+            if (!split || (d.halo_prev.is_none() && d.halo_next.is_none())) return local;
+            std::vector<at::Tensor> parts;
+            if (!d.halo_prev.is_none()) parts.push_back(d.halo_prev.cast<at::Tensor>());
+            parts.push_back(local);
+            if (!d.halo_next.is_none()) parts.push_back(d.halo_next.cast<at::Tensor>());
+            return at::cat(parts, *split);
+          },
+          "The local block with the halos of the last get_halo along the split axis (Heat's).");
+}
+
 }  // namespace
 
 void bind_dist_view(py::module_& m) {
   py::class_<PyDistView> c(m, "DistView");
   bind_properties(c);
   bind_moves(c);
+  bind_halos(c);
 }
 
 }  // namespace kvmap::python

@@ -42,4 +42,16 @@ kvmap::DType dtype_of(const py::object& dtype, kvmap::DType fallback) {
   return kvmap::from_torch(torch::python::detail::py_object_to_dtype(dtype));
 }
 
+kvmap::Boundary to_boundary(const char* who, const std::string& name) {
+  for (kvmap::Boundary b :
+       {kvmap::Boundary::None, kvmap::Boundary::Periodic, kvmap::Boundary::Reflect,
+        kvmap::Boundary::Nearest, kvmap::Boundary::Constant}) {
+    if (name == kvmap::name(b)) return b;
+  }
+  throw py::value_error(std::string(who) +
+                        ": boundary must be 'none', 'periodic', 'reflect', "
+                        "'nearest' or a number, got '" +
+                        name + "'");
+}
+
 }  // namespace kvmap::python

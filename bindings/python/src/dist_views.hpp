@@ -84,6 +84,8 @@ inline Place to_place(const std::string& device) {
 struct PyDistView {
   std::shared_ptr<AnyView> view;
   py::object comm = py::none();
+  // Heat's halo attributes (get_halo): the rows before and after this rank's block, or None.
+  py::object halo_prev = py::none(), halo_next = py::none();
   template <class M>
   explicit PyDistView(kvmap::DistView<M> v) : view(std::make_shared<AnyView>(std::move(v))) {}
   explicit PyDistView(AnyView v) : view(std::make_shared<AnyView>(std::move(v))) {}
@@ -105,5 +107,8 @@ std::optional<int> to_split(const py::object& split);
 py::tuple to_tuple(const kvmap::Shape& s);
 // A torch dtype, or `fallback` for None.
 kvmap::DType dtype_of(const py::object& dtype, kvmap::DType fallback);
+// A boundary's name ("none", "periodic", "reflect", "nearest", "constant"; ValueError naming
+// `who` for any other).
+kvmap::Boundary to_boundary(const char* who, const std::string& name);
 
 }  // namespace kvmap::python

@@ -166,8 +166,10 @@ VmapResults run_vmap_views(const PyMapped& m, const PyDistView* const* views, Py
         pointers.reserve(c.arrays.size());
         for (const AnyView& a : c.arrays) pointers.push_back(&std::get<kvmap::DistView<M>>(a));
         std::vector<kvmap::DistView<M>> out =
-            kvmap::Impl::vmap_core<M>(pointers.data(), pointers.size(), tensors, m.options,
-                                      m.mapping, kvmap::Impl::ArgsCall(f));
+            m.overlap ? kvmap::Impl::map_overlap_core<M>(pointers.data(), pointers.size(), tensors,
+                                                         *m.overlap, kvmap::Impl::ArgsCall(f))
+                      : kvmap::Impl::vmap_core<M>(pointers.data(), pointers.size(), tensors,
+                                                  m.options, m.mapping, kvmap::Impl::ArgsCall(f));
         return std::vector<AnyView>(std::make_move_iterator(out.begin()),
                                     std::make_move_iterator(out.end()));
       });
@@ -206,6 +208,17 @@ void bind_vmap(py::module_& m) {
     if (!memory_budget.is_none()) mapped.options.memory_budget(memory_budget.cast<std::int64_t>());
     mapped.options.pad_to_chunk(pad_to_chunk);
     mapped.mapping = batches ? kvmap::Impl::Mapping::Batches : kvmap::Impl::Mapping::Samples;
+    return mapped;
+  });
+  // kvmap.map_overlap's callable (kvmap/_vmap.py checks the types; the core the values).
+  m.def("_mapped_overlap", [](py::object func, std::int64_t before, std::int64_t after,
+                              const std::string& boundary, double constant, bool trim) {
+    PyMapped mapped;
+    mapped.func = std::move(func);
+    mapped.overlap = kvmap::OverlapOptions()
+                         .depth(before, after)
+                         .boundary(to_boundary("kvmap.map_overlap", boundary), constant)
+                         .trim(trim);
     return mapped;
   });
   m.def("chunk_rows", &kvmap::chunk_rows,

@@ -6,6 +6,7 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include <array>
+#include <optional>
 #include <vector>
 
 #include "dist_views.hpp"
@@ -16,8 +17,11 @@ namespace kvmap::python {
 struct PyMapped {
   py::object func;
   kvmap::VmapOptions options;
-  kvmap::Impl::Mapping mapping;
+  kvmap::Impl::Mapping mapping = kvmap::Impl::Mapping::Samples;
+  // kvmap.map_overlap: the map_overlap core with these options instead of the vmap core.
+  std::optional<kvmap::OverlapOptions> overlap;
   const char* who() const {
+    if (overlap) return "kvmap.map_overlap";
     return mapping == kvmap::Impl::Mapping::Samples ? "kvmap.vmap" : "kvmap.map_batches";
   }
 };

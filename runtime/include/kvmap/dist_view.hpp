@@ -18,6 +18,7 @@
 #include "kvmap/impl/local_block.hpp"
 #include "kvmap/impl/view_block.hpp"
 #include "kvmap/layout.hpp"
+#include "kvmap/overlap.hpp"
 
 namespace at {
 class Tensor;
@@ -174,6 +175,20 @@ class DistView {
   DistView resplit(std::optional<int> split) const;   ///< balanced along another axis / replicated
   DistView balance() const;                           ///< same split, balanced counts
   DistView redistribute(const Layout& target) const;  ///< any layout of the same global shape
+
+  // ---- halos (collective) --------------------------------------------------------------
+  /// This rank's block extended along the split axis by `options`' depth before and after
+  /// (its trim is ignored), the rows beyond the global ends as its boundary says (numpy.pad's
+  /// meaning on the gathered array; Boundary::None adds none there): a new contiguous tensor on
+  /// the shard's device, with as many rows along the split axis as the local ones plus the
+  /// halo's, taken from as many ranks as they lie on. An empty tensor on a rank without rows.
+  /// One fixed-size agreement, then only the halo rows travel, to the ranks that need them.
+  /// ValueError on every rank for a replicated array, a negative depth, or a depth beyond the
+  /// global length with a periodic or reflecting boundary.
+  at::Tensor halo(const OverlapOptions& options) const;
+  /// halo(OverlapOptions().depth(depth).boundary(boundary, constant)).
+  at::Tensor halo(std::int64_t depth, Boundary boundary = Boundary::None,
+                  double constant = 0.0) const;
 
  private:
   friend struct Detail::DistViewAccess;

@@ -9,6 +9,7 @@
 #include "kvmap/error.hpp"
 #include "kvmap/layout.hpp"
 #include "kvmap/linalg.hpp"
+#include "kvmap/overlap.hpp"
 #include "kvmap/random.hpp"
 #include "kvmap/runtime.hpp"
 #include "kvmap/stats.hpp"

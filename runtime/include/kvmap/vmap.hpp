@@ -20,6 +20,7 @@
 #include "kvmap/dist_view.hpp"
 #include "kvmap/impl/kokkos_compat.hpp"
 #include "kvmap/impl/vmap_core.hpp"
+#include "kvmap/overlap.hpp"
 #include "kvmap/tensor_bridge.hpp"
 
 KVMAP_API_BEGIN
@@ -184,6 +185,67 @@ struct output_traits<std::tuple<Ts...>> {
   }
 };
 
+/// The argument of f for argument `a`: its tensor (`slot` into `per_array`) for a DistView,
+/// `a` itself otherwise.
+template <class A>
+decltype(auto) bind_argument(A& a, int slot, const std::vector<at::Tensor>& per_array) {
+  if constexpr (is_dist_view<std::decay_t<A>>::value) {
+    (void)a;
+    return per_array[static_cast<std::size_t>(slot)];
+  } else {
+    (void)slot;
+    (void)per_array;
+    return static_cast<A&>(a);
+  }
+}
+
+/// Calls f with the arguments, DistViews replaced by their tensors; its result as a list.
+template <class F, class Tuple, std::size_t N, std::size_t... I>
+std::vector<at::Tensor> call_bound(const F& f, Tuple& args, const std::array<int, N>& slot,
+                                   const std::vector<at::Tensor>& per_array,
+                                   std::index_sequence<I...>) {
+  using R = std::decay_t<decltype(std::invoke(
+      f, bind_argument(std::get<I>(args), slot[I], per_array)...))>;
+  return output_traits<R>::to_list(
+      std::invoke(f, bind_argument(std::get<I>(args), slot[I], per_array)...));
+}
+
+/// One call of a mapped function (vmap, map_batches, map_overlap): the DistView arguments by
+/// address (they outlive the call; nothing is copied or allocated for them) and the tensor
+/// arguments (for the no-aliasing rule) go to `core(arrays, count, tensors, f)`, which calls f
+/// with one tensor per DistView; its DistViews come back shaped as f returns tensors.
+template <class F, class Core, class... Args>
+auto run_mapped(const F& f, const Core& core, Args&&... args) {
+  using M = typename first_memory_space<std::decay_t<Args>...>::type;
+  static_assert(((!is_dist_view<std::decay_t<Args>>::value ||
+                  std::is_same_v<std::decay_t<Args>, DistView<M>>)&&...),
+                "kvmap::vmap: every DistView argument must live in the same memory space");
+  using R = std::decay_t<std::invoke_result_t<const F&, bound_t<Args>...>>;
+  using Traits = output_traits<R>;
+  std::array<const DistView<M>*, sizeof...(Args)> arrays{};
+  std::size_t narrays = 0;
+  std::vector<at::Tensor> tensors;
+  std::array<int, sizeof...(Args)> slot{};  // index into `arrays`, or -1
+  std::size_t i = 0;
+  auto collect = [&](const auto& a) {
+    using A = std::decay_t<decltype(a)>;
+    slot[i] = -1;
+    if constexpr (is_dist_view<A>::value) {
+      slot[i] = static_cast<int>(narrays);
+      arrays[narrays++] = &a;
+    } else if constexpr (std::is_same_v<A, at::Tensor>) {
+      tensors.push_back(a);
+    }
+    ++i;
+  };
+  (collect(args), ...);
+  auto args_ref = std::forward_as_tuple(args...);
+  auto call = [&](const std::vector<at::Tensor>& per_array) {
+    return call_bound(f, args_ref, slot, per_array, std::index_sequence_for<Args...>{});
+  };
+  return Traits::template from_list<M>(core(arrays.data(), narrays, tensors, ArgsCall(call)));
+}
+
 }  // namespace Impl
 
 /// What kvmap::vmap(f, options) and kvmap::map_batches(f, options) return: call it with
@@ -201,68 +263,50 @@ class Vmapped {
   /// communicator): validation, the local chunks, one agreement, the outputs.
   template <class... Args>
   auto operator()(Args&&... args) const {
-    using M = typename Impl::first_memory_space<std::decay_t<Args>...>::type;
-    static_assert(((!Impl::is_dist_view<std::decay_t<Args>>::value ||
-                    std::is_same_v<std::decay_t<Args>, DistView<M>>)&&...),
-                  "kvmap::vmap: every DistView argument must live in the same memory space");
-    using R = std::decay_t<std::invoke_result_t<const F&, Impl::bound_t<Args>...>>;
-    using Traits = Impl::output_traits<R>;
-
-    // The DistView arguments by address (they outlive the call; nothing is copied or
-    // allocated for them), the tensor arguments for the no-aliasing rule.
-    std::array<const DistView<M>*, sizeof...(Args)> arrays{};
-    std::size_t narrays = 0;
-    std::vector<at::Tensor> tensors;
-    std::array<int, sizeof...(Args)> slot{};  // index into `arrays`, or -1
-    std::size_t i = 0;
-    auto collect = [&](const auto& a) {
-      using A = std::decay_t<decltype(a)>;
-      slot[i] = -1;
-      if constexpr (Impl::is_dist_view<A>::value) {
-        slot[i] = static_cast<int>(narrays);
-        arrays[narrays++] = &a;
-      } else if constexpr (std::is_same_v<A, at::Tensor>) {
-        tensors.push_back(a);
-      }
-      ++i;
-    };
-    (collect(args), ...);
-
-    auto args_ref = std::forward_as_tuple(args...);
-    auto call = [&](const std::vector<at::Tensor>& per_array) {
-      return call_with(args_ref, slot, per_array, std::index_sequence_for<Args...>{});
-    };
-    return Traits::template from_list<M>(Impl::vmap_core<M>(
-        arrays.data(), narrays, tensors, options_, mapping_, Impl::ArgsCall(call)));
+    return Impl::run_mapped(
+        f_,
+        [&](auto arrays, std::size_t count, const std::vector<at::Tensor>& tensors,
+            const Impl::ArgsCall& call) {
+          return Impl::vmap_core(arrays, count, tensors, options_, mapping_, call);
+        },
+        std::forward<Args>(args)...);
   }
 
   /// The options it runs with.
   const VmapOptions& options() const { return options_; }
 
  private:
-  template <class A>
-  static decltype(auto) bind(A& a, int slot, const std::vector<at::Tensor>& batched) {
-    if constexpr (Impl::is_dist_view<std::decay_t<A>>::value) {
-      (void)a;
-      return batched[slot];
-    } else {
-      (void)slot;
-      (void)batched;
-      return static_cast<A&>(a);
-    }
-  }
-  template <class Tuple, std::size_t N, std::size_t... I>
-  std::vector<at::Tensor> call_with(Tuple& args, const std::array<int, N>& slot,
-                                    const std::vector<at::Tensor>& batched,
-                                    std::index_sequence<I...>) const {
-    using R = std::decay_t<decltype(std::invoke(f_, bind(std::get<I>(args), slot[I], batched)...))>;
-    return Impl::output_traits<R>::to_list(
-        std::invoke(f_, bind(std::get<I>(args), slot[I], batched)...));
-  }
-
   F f_;
   VmapOptions options_;
   Impl::Mapping mapping_;
+};
+
+/// What kvmap::map_overlap(f, options) returns: call it with DistViews (same counts along
+/// their split axes) and any other arguments (passed to f whole); f receives each rank's blocks
+/// extended by their halo rows (see docs/concepts.md, "map_overlap").
+template <class F>
+class Overlapped {
+ public:
+  Overlapped(F f, OverlapOptions options) : f_(std::move(f)), options_(options) {}
+
+  /// Runs f on each rank's extended blocks (collective over the first DistView's
+  /// communicator): one agreement, the halo rows, f, one agreement on its outputs.
+  template <class... Args>
+  auto operator()(Args&&... args) const {
+    return Impl::run_mapped(
+        f_,
+        [&](auto arrays, std::size_t count, const std::vector<at::Tensor>& tensors,
+            const Impl::ArgsCall& call) {
+          return Impl::map_overlap_core(arrays, count, tensors, options_, call);
+        },
+        std::forward<Args>(args)...);
+  }
+
+  const OverlapOptions& options() const { return options_; }
+
+ private:
+  F f_;
+  OverlapOptions options_;
 };
 
 /// vmap(f, options)(args...): see docs/concepts.md ("vmap") and the members of Vmapped above.
@@ -278,6 +322,19 @@ Vmapped<F> vmap(F f, VmapOptions options = {}) {
 template <class F>
 Vmapped<F> map_batches(F f, VmapOptions options = {}) {
   return Vmapped<F>(std::move(f), std::move(options), Impl::Mapping::Batches);
+}
+
+/// map_overlap(f, options)(arrays..., other args...): Dask's map_overlap on DistViews split
+/// along one axis. On each rank that holds rows, f receives its blocks extended along the split
+/// axis by options' depth before and after (the rows beyond the global ends as its boundary
+/// says, numpy.pad's meaning; contiguous tensors) and returns tensors with that many rows along
+/// the same axis (trim: kvmap removes the added rows) or exactly its own rows (no trim). Returns
+/// DistViews with the arrays' counts along that axis. Ranks without rows do not call f. Two
+/// fixed-size agreements (before the halo rows move, and on f's outputs); only halo rows travel,
+/// to the ranks that need them. See docs/concepts.md ("map_overlap").
+template <class F>
+Overlapped<F> map_overlap(F f, OverlapOptions options) {
+  return Overlapped<F>(std::move(f), options);
 }
 
 }  // namespace kvmap

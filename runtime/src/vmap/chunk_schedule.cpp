@@ -13,6 +13,7 @@
 
 #include "allocation.hpp"
 #include "chunk_sizing.hpp"
+#include "outputs.hpp"
 #include "kvmap/tensor_bridge.hpp"
 #include "stats_counters.hpp"
 #include "tensor_blocks.hpp"
@@ -21,33 +22,6 @@
 namespace kvmap::Detail {
 
 namespace {
-
-bool needs_materializing(const at::Tensor& t) {
-  for (std::int64_t d = 0; d < t.dim(); ++d) {
-    if (t.stride(d) == 0 && t.size(d) > 1) return true;
-  }
-  return false;
-}
-
-// The outputs of a call run as one chunk, adopted as they are, unless a stride-0 broadcast
-// has to be materialized once, or the output shares memory with an input (f returned it, or
-// a view of it) or with an earlier output ({t, t}): outputs never alias, whatever the
-// chunking.
-void adopt_unaliased(std::vector<at::Tensor>& outputs, const VmapCall& call) {
-  for (std::size_t k = 0; k < outputs.size(); ++k) {
-    at::Tensor& t = outputs[k];
-    const MemorySpan span = span_of(t);
-    bool shared = false;
-    for (const MemorySpan& other : call.tensor_spans) shared = shared || span.overlaps(other);
-    for (const ArrayArg& a : call.arrays)
-      shared = shared || span.overlaps(span_of(a.block, size_of(a.dtype)));
-    for (std::size_t j = 0; j < k; ++j) shared = shared || span.overlaps(span_of(outputs[j]));
-    if (shared || needs_materializing(t)) {
-      t = t.clone(at::MemoryFormat::Contiguous);
-      count_bytes_copied(static_cast<std::uint64_t>(t.numel()) * t.element_size());
-    }
-  }
-}
 
 // Runs body(c) for chunks 1 .. nchunks - 1, `in_flight` at once, until `failed`.
 template <class Body>
@@ -98,7 +72,7 @@ class ChunkSchedule {
     std::vector<at::Tensor> first = run_first_chunk();
     results_.chunks = 1;
     if (plan_.first == n_local_) {
-      adopt_unaliased(first, call_);
+      adopt_unaliased(first, call_.tensor_spans, call_.arrays);
       results_.outputs = std::move(first);
       return std::move(results_);
     }

@@ -1,5 +1,5 @@
 // The vmap scheduler's orchestration: plan (validation, the signature), run f on this rank's
-// chunks (chunk_schedule.hpp), agree agreement (status, signature, outputs), assemble the output
+// chunks (chunk_schedule.hpp), agree once (status, signature, outputs), assemble the output
 // DistViews. The options are vmap_options.cpp's; one chunk is chunk_runner.cpp's; chunk sizes
 // are chunk_sizing.cpp's.
 #include "kvmap/vmap.hpp"
@@ -21,6 +21,7 @@
 #include "kvmap/stats.hpp"
 #include "kvmap/tensor_bridge.hpp"
 #include "out_dims.hpp"
+#include "outputs.hpp"
 #include "philox.hpp"
 #include "stats_counters.hpp"
 #include "tensor_blocks.hpp"
@@ -73,13 +74,6 @@ void describe_options(Signature& sig, const VmapOptions& o, const StreamState& s
   // unless ranks seeded differently (kvmap::manual_seed on part of the communicator).
   sig.arg("seed", stream.seed).arg("stream", stream.stream);
 }
-
-// One output DistView's parts: its block, dtype and layout.
-struct OutputArray {
-  LocalBlock block;
-  DType dtype;
-  Layout layout;
-};
 
 // The plan: validation, and the signature every rank must share (each argument's layout,
 // dtype and communicator, the options, the random stream; in Same mode the generator state
@@ -182,31 +176,8 @@ RankOutputs run_here(const Plan& plan, const VmapCall& call, const StreamState& 
   return out;
 }
 
-Layout output_layout(const Layout& lead, const OutputMeta& m) {
-  Shape gshape;
-  gshape.reserve(static_cast<std::size_t>(m.ndim) + 1);
-  gshape.assign(m.shape, m.shape + m.ndim);
-  gshape.insert(gshape.begin() + m.out_dim, lead.gshape()[*lead.split()]);
-  return lead.with_shape(std::move(gshape), m.out_dim);
-}
-
-// After the agreement; cannot fail (zero-byte blocks on ranks without samples).
-std::vector<OutputArray> assemble(RankOutputs& here, const std::vector<OutputMeta>& metas,
-                                  const Layout& lead, bool ran, int me, Allocate allocate) {
-  ScopedRegion region("kvmap::vmap/assemble");
-  std::vector<OutputArray> result;
-  result.reserve(metas.size());
-  for (std::size_t k = 0; k < metas.size(); ++k) {
-    const DType dt = static_cast<DType>(metas[k].dtype);
-    Layout layout = output_layout(lead, metas[k]);
-    LocalBlock block = ran ? std::move(here.blocks[k]) : allocate(layout.lshape(me), size_of(dt));
-    result.push_back(OutputArray{std::move(block), dt, std::move(layout)});
-  }
-  return result;
-}
-
 // ONE collective per call, in every randomness mode: each rank validates, runs f on its
-// samples (f makes no MPI call) and then agrees agreement: its plan/f status, the fingerprint of
+// samples (f makes no MPI call) and then agrees once: its plan/f status, the fingerprint of
 // its signature, the fingerprint of its outputs' metadata (and in Same mode of the generator
 // state it started from) travel together in a fixed-size reduction. On one rank nothing
 // communicates. Same mode starts every rank from its own generator state: when the states
@@ -259,7 +230,7 @@ std::vector<OutputArray> run_core(const VmapCall& call) {
                          agreed_output_count(agreed));
     return agreement.execute([&] {
       const std::vector<OutputMeta> metas = agreed_outputs(comm, agreed, lead, ran, here.run.metas);
-      return assemble(here, metas, lead, ran, me, call.allocate);
+      return assemble(here.blocks, metas, lead, ran, me, call.allocate);
     });
   }
 }

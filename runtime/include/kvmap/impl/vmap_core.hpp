@@ -15,6 +15,7 @@ KVMAP_API_BEGIN
 namespace kvmap {
 
 class VmapOptions;
+class OverlapOptions;
 
 namespace Impl {
 
@@ -63,6 +64,21 @@ std::vector<DistView<M>> vmap_core(const DistView<M>* const* arrays, std::size_t
 // NOLINTEND(bugprone-macro-parentheses)
 KVMAP_FOR_EACH_MEMORY_SPACE(KVMAP_EXTERN_VMAP_CORE)
 #undef KVMAP_EXTERN_VMAP_CORE
+
+// The map_overlap core: the same arguments (every DistView argument mapped: split, with the
+// same counts), f called once per rank that holds rows, on the extended blocks.
+template <class M>
+std::vector<DistView<M>> map_overlap_core(const DistView<M>* const* arrays, std::size_t count,
+                                          const std::vector<at::Tensor>& tensors,
+                                          const OverlapOptions& options, const ArgsCall& call);
+// NOLINTBEGIN(bugprone-macro-parentheses): Space is a type
+#define KVMAP_EXTERN_MAP_OVERLAP_CORE(Space)                                         \
+  extern template KVMAP_EXPORT std::vector<DistView<Space>> map_overlap_core<Space>( \
+      const DistView<Space>* const*, std::size_t, const std::vector<at::Tensor>&,    \
+      const OverlapOptions&, const ArgsCall&);
+// NOLINTEND(bugprone-macro-parentheses)
+KVMAP_FOR_EACH_MEMORY_SPACE(KVMAP_EXTERN_MAP_OVERLAP_CORE)
+#undef KVMAP_EXTERN_MAP_OVERLAP_CORE
 
 }  // namespace Impl
 }  // namespace kvmap
