@@ -48,10 +48,15 @@ class OverlapOptions {
     return *this;
   }
 
+  /// Rows added before each block.
   std::int64_t depth_before() const { return before_; }
+  /// Rows added after each block.
   std::int64_t depth_after() const { return after_; }
+  /// What the rows beyond the global ends hold.
   Boundary boundary() const { return boundary_; }
+  /// Their value for Boundary::Constant.
   double constant() const { return constant_; }
+  /// Whether kvmap removes the added rows from f's outputs.
   bool trim() const { return trim_; }
 
  private:

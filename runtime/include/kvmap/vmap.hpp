@@ -287,6 +287,7 @@ class Vmapped {
 template <class F>
 class Overlapped {
  public:
+  /// Holds f and the options; kvmap::map_overlap builds it.
   Overlapped(F f, OverlapOptions options) : f_(std::move(f)), options_(options) {}
 
   /// Runs f on each rank's extended blocks (collective over the first DistView's
@@ -302,6 +303,7 @@ class Overlapped {
         std::forward<Args>(args)...);
   }
 
+  /// The depth, boundary and trim of every call.
   const OverlapOptions& options() const { return options_; }
 
  private:
