@@ -54,7 +54,7 @@ void check_arrays(const std::vector<ArrayArg>& arrays) {
 }
 
 // What f's outputs are on this rank: the tensors (trimmed), their metadata, their blocks.
-struct RankOutputs {
+struct OverlapOutputs {
   std::vector<at::Tensor> outputs;
   std::vector<OutputMeta> metas;
   std::vector<LocalBlock> blocks;
@@ -62,10 +62,10 @@ struct RankOutputs {
 
 // f on the extended blocks; each output checked (its rows along the split axis: the block's
 // with trim, the rank's own without), trimmed, detached and adopted without aliasing.
-RankOutputs run_f(const std::vector<HaloExchange>& halos, const std::vector<ArrayArg>& arrays,
+OverlapOutputs run_f(const std::vector<HaloExchange>& halos, const std::vector<ArrayArg>& arrays,
                   const std::vector<MemorySpan>& tensor_spans, const OverlapOptions& options,
                   const ArgsCall& call, const DeviceSpec& device) {
-  RankOutputs out;
+  OverlapOutputs out;
   std::vector<at::Tensor> inputs;
   inputs.reserve(halos.size());
   for (const HaloExchange& x : halos) inputs.push_back(x.extended);
@@ -152,7 +152,7 @@ std::vector<OutputArray> run_overlap(const std::vector<ArrayArg>& arrays,
   // agreed with its outputs' metadata.
   const Layout& lead = arrays[0].layout;
   const bool ran = lead.gshape()[*lead.split()] == 0 || lead.count(me) > 0;
-  RankOutputs here;
+  OverlapOutputs here;
   Collective<VmapAgreement> after(kWho, comm);
   after.plan([&](Signature& sig, VmapAgreement& payload) {
     describe_halo(sig, options);
