@@ -63,8 +63,8 @@ struct OverlapOutputs {
 // f on the extended blocks; each output checked (its rows along the split axis: the block's
 // with trim, the rank's own without), trimmed, detached and adopted without aliasing.
 OverlapOutputs run_f(const std::vector<HaloExchange>& halos, const std::vector<ArrayArg>& arrays,
-                  const std::vector<MemorySpan>& tensor_spans, const OverlapOptions& options,
-                  const ArgsCall& call, const DeviceSpec& device) {
+                     const std::vector<MemorySpan>& tensor_spans, const OverlapOptions& options,
+                     const ArgsCall& call, const DeviceSpec& device) {
   OverlapOutputs out;
   std::vector<at::Tensor> inputs;
   inputs.reserve(halos.size());
