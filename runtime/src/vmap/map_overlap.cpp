@@ -169,7 +169,8 @@ std::vector<OutputArray> run_overlap(const std::vector<ArrayArg>& arrays,
   if (!agreed.outputs.same()) raise_different_outputs(comm, ran, here.metas, kWho);
   return after.execute([&] {
     const std::vector<OutputMeta> metas = agreed_outputs(comm, agreed, lead, ran, here.metas);
-    return assemble(here.blocks, metas, lead, ran, me, &allocate_block<M>);
+    return assemble(here.blocks, metas, lead, ran, me, &allocate_block<M>,
+                    "kvmap::map_overlap/assemble");
   });
 }
 
@@ -185,26 +186,13 @@ std::vector<DistView<M>> map_overlap_core(const DistView<M>* const* arrays, std:
                                           const OverlapOptions& options, const ArgsCall& call) {
   ScopedRegion region("kvmap::map_overlap");
   const Comm comm = count == 0 ? Comm::world() : arrays[0]->comm();
-  std::vector<ArrayArg> args;
+  const std::vector<ArrayArg> args = array_args(arrays, count);
   std::vector<at::Tensor> locals;
-  args.reserve(count);
-  for (std::size_t k = 0; k < count; ++k) {
-    const DistView<M>& a = *arrays[k];
-    args.push_back({DistViewAccess::block(a), a.dtype(), a.layout(), a.comm().id()});
-    locals.push_back(a.local());
-  }
-  std::vector<MemorySpan> tensor_spans;
-  for (const at::Tensor& t : tensors) {
-    if (t.defined()) tensor_spans.push_back(span_of(t));
-  }
-  std::vector<OutputArray> result = run_overlap<M>(args, tensor_spans, locals, comm, options, call);
-  std::vector<DistView<M>> outputs;
-  outputs.reserve(result.size());
-  for (OutputArray& out : result) {
-    outputs.push_back(
-        DistViewAccess::make<M>(std::move(out.layout), out.dtype, comm, std::move(out.block)));
-  }
-  return outputs;
+  locals.reserve(count);
+  for (std::size_t k = 0; k < count; ++k) locals.push_back(arrays[k]->local());
+  std::vector<OutputArray> result =
+      run_overlap<M>(args, tensor_spans(tensors), locals, comm, options, call);
+  return to_dist_views<M>(result, comm);
 }
 
 // NOLINTBEGIN(bugprone-macro-parentheses): Space is a type

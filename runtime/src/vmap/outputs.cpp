@@ -47,8 +47,8 @@ Layout output_layout(const Layout& lead, const OutputMeta& m) {
 // After the agreement; cannot fail (zero-byte blocks on ranks without samples).
 std::vector<OutputArray> assemble(std::vector<LocalBlock>& blocks,
                                   const std::vector<OutputMeta>& metas, const Layout& lead,
-                                  bool ran, int me, Allocate allocate) {
-  ScopedRegion region("kvmap::vmap/assemble");
+                                  bool ran, int me, Allocate allocate, const char* region) {
+  ScopedRegion scope(region);
   std::vector<OutputArray> result;
   result.reserve(metas.size());
   for (std::size_t k = 0; k < metas.size(); ++k) {
@@ -58,6 +58,15 @@ std::vector<OutputArray> assemble(std::vector<LocalBlock>& blocks,
     result.push_back(OutputArray{std::move(block), dt, std::move(layout)});
   }
   return result;
+}
+
+std::vector<MemorySpan> tensor_spans(const std::vector<at::Tensor>& tensors) {
+  std::vector<MemorySpan> spans;
+  spans.reserve(tensors.size());
+  for (const at::Tensor& t : tensors) {
+    if (t.defined()) spans.push_back(span_of(t));
+  }
+  return spans;
 }
 
 }  // namespace kvmap::Detail

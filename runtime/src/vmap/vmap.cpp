@@ -230,7 +230,7 @@ std::vector<OutputArray> run_core(const VmapCall& call) {
                          agreed_output_count(agreed));
     return agreement.execute([&] {
       const std::vector<OutputMeta> metas = agreed_outputs(comm, agreed, lead, ran, here.run.metas);
-      return assemble(here.blocks, metas, lead, ran, me, call.allocate);
+      return assemble(here.blocks, metas, lead, ran, me, call.allocate, "kvmap::vmap/assemble");
     });
   }
 }
@@ -247,27 +247,12 @@ std::vector<DistView<M>> vmap_core(const DistView<M>* const* arrays, std::size_t
                                    const VmapOptions& options, Mapping mapping,
                                    const ArgsCall& call) {
   const Comm comm = count == 0 ? Comm::world() : arrays[0]->comm();
-  std::vector<ArrayArg> args;
-  args.reserve(count);
-  for (std::size_t k = 0; k < count; ++k) {
-    const DistView<M>& a = *arrays[k];
-    args.push_back({DistViewAccess::block(a), a.dtype(), a.layout(), a.comm().id()});
-  }
-  std::vector<MemorySpan> tensor_spans;
-  tensor_spans.reserve(tensors.size());
-  for (const at::Tensor& t : tensors) {
-    if (t.defined()) tensor_spans.push_back(span_of(t));
-  }
-  const VmapCall vmap_call{args,    tensor_spans, comm, device_of<M>(),
-                           options, mapping,      call, &allocate_block<M>};
+  const std::vector<ArrayArg> args = array_args(arrays, count);
+  const std::vector<MemorySpan> spans = tensor_spans(tensors);
+  const VmapCall vmap_call{args,    spans,   comm, device_of<M>(),
+                           options, mapping, call, &allocate_block<M>};
   std::vector<OutputArray> result = run_core(vmap_call);
-  std::vector<DistView<M>> outputs;
-  outputs.reserve(result.size());
-  for (OutputArray& out : result) {
-    outputs.push_back(
-        DistViewAccess::make<M>(std::move(out.layout), out.dtype, comm, std::move(out.block)));
-  }
-  return outputs;
+  return to_dist_views<M>(result, comm);
 }
 
 // NOLINTBEGIN(bugprone-macro-parentheses): Space is a type
