@@ -84,7 +84,9 @@ TEST_CASE("halo: every boundary, balanced and uneven, split axis first and last"
         const View x =
             uneven ? array_with_counts(full, axis, counts) : View::from_global(full, axis);
         const std::vector<std::int64_t> have = x.layout().counts();
-        for (auto [before, after] : {std::pair<std::int64_t, std::int64_t>{1, 1}, {2, 3}}) {
+        for (const auto& depth : {std::pair<std::int64_t, std::int64_t>{1, 1}, {2, 3}}) {
+          // Named copies: INFO's lambda cannot capture structured bindings (clang 15).
+          const std::int64_t before = depth.first, after = depth.second;
           INFO("boundary " << kvmap::name(b) << " axis " << axis << " uneven " << uneven
                            << " depth (" << before << ", " << after << ")");
           const at::Tensor ext = x.halo(OverlapOptions().depth(before, after).boundary(b, -4.5));

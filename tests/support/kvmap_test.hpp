@@ -51,18 +51,18 @@ void expect_collective_error(const std::function<void()>& call, const std::vecto
     call();
   } catch (const kvmap::RemoteError& e) {
     threw = true;
-    INFO("rank " << rank() << " got RemoteError: " << e.what());
+    INFO("rank " << rank() << " got RemoteError: " << std::string(e.what()));
     CHECK_FALSE(me_bad);
     CHECK(e.failed_ranks() == bad);
     CHECK(std::string(e.what()).find(text) != std::string::npos);
   } catch (const E& e) {
     threw = true;
-    INFO("rank " << rank() << " got: " << e.what());
+    INFO("rank " << rank() << " got: " << std::string(e.what()));
     CHECK(me_bad);
     CHECK(std::string(e.what()).find(text) != std::string::npos);
   } catch (const std::exception& e) {
     threw = true;
-    FAIL_CHECK("rank " << rank() << " got an unexpected exception: " << e.what());
+    FAIL_CHECK("rank " << rank() << " got an unexpected exception: " << std::string(e.what()));
   }
   CHECK_MESSAGE(threw, "rank " << rank() << " did not throw");
 }
