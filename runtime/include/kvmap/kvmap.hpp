@@ -7,6 +7,7 @@
 #include "kvmap/dist_view.hpp"
 #include "kvmap/dtype.hpp"
 #include "kvmap/error.hpp"
+#include "kvmap/ghost_exchange.hpp"
 #include "kvmap/layout.hpp"
 #include "kvmap/linalg.hpp"
 #include "kvmap/overlap.hpp"

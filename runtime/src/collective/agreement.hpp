@@ -22,6 +22,7 @@
 #include <cstring>
 #include <exception>
 #include <optional>
+#include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -144,6 +145,18 @@ class Collective {
   void judge() {
     if (!consistent()) raise_disagreement(comm_, site_, error_, signature_);
     agreed_ = true;
+  }
+  // After reduce(), for a failure that can only be found once every rank's plan succeeded
+  // (from messages the ranks exchanged after their checks): `late` is this rank's (or null),
+  // `any` whether some rank has one (the same on every rank: from the reduced payload). A
+  // plan's failure is judged first (it may cause the late ones); then, where `any`, every
+  // rank throws as for a failed plan. Returns when there is nothing to throw.
+  void judge_late(const std::exception_ptr& late, bool any) {
+    judge();
+    if (!any) return;
+    error_ = late;
+    raise_failed(comm_, gather_statuses(comm_, RankStatus{late ? 1u : 0u, 1, 0}), error_);
+    throw Error(std::string(site_) + ": internal error: a late failure was not raised");
   }
   // The agreement: reduce and judge; the reduced payload.
   const Payload& agree() {

@@ -2,11 +2,11 @@
 #include "halo_exchange.hpp"
 
 #include <ATen/ATen.h>
-#include <c10/core/impl/VirtualGuardImpl.h>
 
 #include <algorithm>
 
 #include "stats_counters.hpp"
+#include "torch_stream.hpp"
 
 namespace kvmap::Detail {
 
@@ -25,13 +25,6 @@ at::Tensor packed(const at::Tensor& like_first, std::int64_t rows) {
 
 at::Tensor index_tensor(const std::vector<std::int64_t>& rows, const at::Tensor& like) {
   return at::tensor(rows, at::TensorOptions().dtype(at::kLong)).to(like.device());
-}
-
-// Torch's queued work on the tensor's device has finished (MPI reads and writes memory
-// outside torch's stream order).
-void finish_device_work(const at::Tensor& t) {
-  if (t.is_cpu()) return;
-  c10::impl::VirtualGuardImpl(t.device().type()).getStream(t.device()).synchronize();
 }
 
 }  // namespace
@@ -144,7 +137,7 @@ void run_halo_exchange(const Transport& transport, HaloExchange& x) {
       send_base = x.send_host.data_ptr();
       recv_base = x.recv_host.data_ptr();
     }
-    finish_device_work(x.send_rows);
+    finish_torch_work(x.send_rows);
     transport.run(x.messages, send_base, recv_base);
     if (x.staged) {
       x.recv_rows.copy_(x.recv_host);

@@ -243,6 +243,61 @@ class MpiTransport final : public Transport {
               "MPI_Alltoallw");
   }
 
+  std::vector<IdMessage> sparse_exchange(std::vector<IdMessage> sends, int round) const override {
+    const int kTag = 0x6b80 + (round & 7);
+    const MPI_Comm c = raw();
+    std::vector<IdMessage> received;
+    std::vector<MPI_Request> requests;
+    requests.reserve(sends.size());
+    for (IdMessage& m : sends) {
+      if (m.peer == rank()) {
+        received.push_back(std::move(m));
+        continue;
+      }
+      KVMAP_CHECK(
+          fits(m.words.size()), Error,
+          "kvmap: a plan message of " << m.words.size() << " ids exceeds MPI's count limit");
+      requests.emplace_back();
+      check_mpi(MPI_Issend(m.words.data(), static_cast<int>(m.words.size()), MPI_INT64_T, m.peer,
+                           kTag, c, &requests.back()),
+                "MPI_Issend");
+    }
+    // Receive what arrives until every send of this rank was received (synchronous sends
+    // complete then) and, after that, every rank's (the barrier completes).
+    MPI_Request barrier = MPI_REQUEST_NULL;
+    bool in_barrier = false;
+    for (;;) {
+      int arrived = 0;
+      MPI_Status status;
+      check_mpi(MPI_Iprobe(MPI_ANY_SOURCE, kTag, c, &arrived, &status), "MPI_Iprobe");
+      if (arrived) {
+        int count = 0;
+        MPI_Get_count(&status, MPI_INT64_T, &count);
+        IdMessage m{status.MPI_SOURCE, std::vector<std::int64_t>(static_cast<std::size_t>(count))};
+        check_mpi(MPI_Recv(m.words.data(), count, MPI_INT64_T, status.MPI_SOURCE, kTag, c,
+                           MPI_STATUS_IGNORE),
+                  "MPI_Recv");
+        count_received(static_cast<std::uint64_t>(count) * sizeof(std::int64_t));
+        received.push_back(std::move(m));
+      }
+      int done = 0;
+      if (!in_barrier) {
+        check_mpi(MPI_Testall(static_cast<int>(requests.size()), requests.data(), &done,
+                              MPI_STATUSES_IGNORE),
+                  "MPI_Testall");
+        if (done) {
+          count_collective();
+          check_mpi(MPI_Ibarrier(c, &barrier), "MPI_Ibarrier");
+          in_barrier = true;
+        }
+      } else {
+        check_mpi(MPI_Test(&barrier, &done, MPI_STATUS_IGNORE), "MPI_Test");
+        if (done) break;
+      }
+    }
+    return received;
+  }
+
   NodeRank node_rank() const override {
     count_collective();
     MPI_Comm node = MPI_COMM_NULL;

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "detail.hpp"
+#include "ghost_plan.hpp"
 #include "kvmap/comm.hpp"
 #include "kvmap/dtype.hpp"
 
@@ -132,6 +133,14 @@ class Transport {
   virtual void run(Messages& messages, const void* send_base, void* recv_base) const = 0;
   virtual void alltoallw(const void* send, const PeerTypes& send_types, void* recv,
                          const PeerTypes& recv_types) const = 0;
+  // One round of a plan whose receivers do not know their senders (ghost_plan.hpp): each
+  // message goes to its peer, and every message sent to this rank comes back (in no fixed
+  // order; its own to itself without MPI). MPI: synchronous sends, probes and one
+  // non-blocking barrier (the NBX protocol: Hoefler, Siebert and Lumsdaine, PPoPP 2010), so
+  // the cost is the messages plus one barrier, with no count exchanged among all ranks.
+  // Emulated: only its own messages to itself arrive. `round` (0-7) tells a plan's
+  // consecutive rounds apart: a rank may start the next round while another still receives.
+  virtual std::vector<IdMessage> sparse_exchange(std::vector<IdMessage> sends, int round) const = 0;
   // This rank among the ranks on its node (MPI_Comm_split_type(MPI_COMM_TYPE_SHARED), the
   // split freed again; emulated: every rank on a node of its own).
   virtual NodeRank node_rank() const = 0;

@@ -77,4 +77,9 @@ void torch_use_device(const DeviceSpec& device) {
   c10::impl::VirtualGuardImpl(d.type()).setDevice(d);
 }
 
+void finish_torch_work(const at::Tensor& t) {
+  if (t.is_cpu()) return;
+  c10::impl::VirtualGuardImpl(t.device().type()).getStream(t.device()).synchronize();
+}
+
 }  // namespace kvmap::Detail

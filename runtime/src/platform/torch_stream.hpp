@@ -13,6 +13,8 @@
 //     the caller runs before Kokkos or MPI touch what torch wrote;
 //   - CPU: nothing.
 // The Kokkos side fills DeviceSpec (kokkos_compat.hpp); torch_stream.cpp calls torch only.
+#include <ATen/core/Tensor.h>
+
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -47,6 +49,10 @@ void torch_use_device(const DeviceSpec& device);
 // The free memory of a CUDA device in bytes (cudaMemGetInfo, on that device), where this
 // build talks to CUDA through torch (KVMAP_TORCH_CUDA); std::nullopt otherwise.
 std::optional<std::int64_t> device_free_bytes(const DeviceSpec& device);
+
+// Waits for torch's queued work on the tensor's device (nothing for a CPU tensor): before MPI
+// reads or writes memory outside torch's stream order.
+void finish_torch_work(const at::Tensor& t);
 
 // Whether the Kokkos instance must be fenced before torch reads what Kokkos wrote.
 inline bool kokkos_fence_needed(const DeviceSpec& device) {
