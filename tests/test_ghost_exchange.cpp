@@ -4,10 +4,18 @@
 // identity across ranks, sub-communicators, host staging, and errors on every rank.
 #include "support/kvmap_test.hpp"
 
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/jit/api/compilation_unit.h>
+#include <torch/csrc/jit/frontend/resolver.h>
+#include <torch/csrc/jit/frontend/sugared_value.h>
+#include <torch/jit.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <set>
 #include <string>
 #include <vector>
@@ -62,10 +70,11 @@ constexpr std::int64_t kWidth = 6;  // trailing shape {3, 2}
 at::Tensor features(const Scenario& s, int r, at::ScalarType type) {
   const auto& own = s.owned[static_cast<std::size_t>(r)];
   const auto& g = s.ghosts[static_cast<std::size_t>(r)];
-  at::Tensor x = at::full({static_cast<std::int64_t>(own.size() + g.size()), kWidth}, -99.0,
-                          at::kDouble);
+  at::Tensor x =
+      at::full({static_cast<std::int64_t>(own.size() + g.size()), kWidth}, -99.0, at::kDouble);
   for (std::size_t i = 0; i < own.size(); ++i)
-    for (std::int64_t c = 0; c < kWidth; ++c) x[static_cast<std::int64_t>(i)][c] = value_of(own[i], c);
+    for (std::int64_t c = 0; c < kWidth; ++c)
+      x[static_cast<std::int64_t>(i)][c] = value_of(own[i], c);
   return x.reshape({x.size(0), 3, 2}).to(type);
 }
 
@@ -104,7 +113,9 @@ at::Tensor expected_reverse(const Scenario& s, int r, int P) {
         out[it->second][c] += grad_of(q, nq + static_cast<std::int64_t>(j), c);
     }
   }
-  out.narrow(0, static_cast<std::int64_t>(own.size()), out.size(0) - static_cast<std::int64_t>(own.size())).zero_();
+  out.narrow(0, static_cast<std::int64_t>(own.size()),
+             out.size(0) - static_cast<std::int64_t>(own.size()))
+      .zero_();
   return out.reshape({out.size(0), 3, 2});
 }
 
@@ -192,8 +203,8 @@ TEST_CASE("ghost exchange: errors on every rank, nothing hangs") {
   {
     std::vector<std::int64_t> owned = s.owned[me];
     if (me == odd) owned = {5, 6, 5};
-    expect_collective_error<kvmap::ValueError>(
-        [&] { GhostExchange(owned, {}, world()); }, {odd}, "owned id 5 is listed twice");
+    expect_collective_error<kvmap::ValueError>([&] { GhostExchange(owned, {}, world()); }, {odd},
+                                               "owned id 5 is listed twice");
   }
   // An id two ranks own: the rank that keeps the id's directory entry reports it.
   if (P > 1) {
@@ -225,12 +236,16 @@ TEST_CASE("ghost exchange: errors on every rank, nothing hangs") {
   if (P > 1) {
     // Another trailing shape on one rank: the agreed signature differs.
     expect_collective_error<kvmap::ValueError>(
-        [&] { gx.forward(me == odd ? x.reshape({x.size(0), 2, 3}) : x); }, {odd},
-        "needs the same arguments on every rank");
+        [&] {
+          gx.forward(me == odd ? x.reshape({x.size(0), 2, 3}) : x);
+        },
+        {odd}, "needs the same arguments on every rank");
   }
   expect_collective_error<kvmap::TypeError>(
-      [&] { gx.reverse(at::zeros({x.size(0), 2}, on_device(at::kBool))); }, all_ranks(),
-      "gradients of bool tensors have no sum");
+      [&] {
+        gx.reverse(at::zeros({x.size(0), 2}, on_device(at::kBool)));
+      },
+      all_ranks(), "gradients of bool tensors have no sum");
   // The plan carries on after the errors.
   CHECK(at::equal(gx.forward(x).cpu(), expected_forward(s, me)));
   // Handles: the plan's while it lives, an error after.
@@ -243,4 +258,174 @@ TEST_CASE("ghost exchange: errors on every rank, nothing hangs") {
   }
   CHECK_THROWS_WITH_AS(GhostExchange::from_handle(h), doctest::Contains("no GhostExchange plan"),
                        kvmap::Error);
+}
+
+namespace {
+
+using ExchangeOp = c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, std::int64_t)>;
+ExchangeOp ghost_op(bool reverse) {
+  return c10::Dispatcher::singleton()
+      .findSchemaOrThrow(reverse ? "kvmap::ghost_exchange_reverse" : "kvmap::ghost_exchange", "")
+      .typed<at::Tensor(const at::Tensor&, std::int64_t)>();
+}
+
+// Every rank's [rows, 2] float64 block, concatenated in rank order on every rank.
+at::Tensor allgather_rows(const at::Tensor& mine, const std::vector<std::int64_t>& rows) {
+  std::vector<int> counts, displs;
+  std::int64_t total = 0;
+  for (std::int64_t r : rows) {
+    counts.push_back(static_cast<int>(2 * r));
+    displs.push_back(static_cast<int>(2 * total));
+    total += r;
+  }
+  at::Tensor all = at::empty({total, 2}, at::kDouble);
+  const at::Tensor m = mine.detach().cpu().contiguous();
+  MPI_Allgatherv(m.data_ptr<double>(), static_cast<int>(m.numel()), MPI_DOUBLE,
+                 all.data_ptr<double>(), counts.data(), displs.data(), MPI_DOUBLE, MPI_COMM_WORLD);
+  return all;
+}
+
+// TorchScript compiled in C++: `torch` is aten's builtins (as torch::jit::compile has it),
+// `kvmap` the kvmap operators.
+struct KvmapResolver : torch::jit::Resolver {
+  std::shared_ptr<torch::jit::SugaredValue> resolveValue(const std::string& name,
+                                                         torch::jit::GraphFunction&,
+                                                         const torch::jit::SourceRange&) override {
+    if (name == "torch") return std::make_shared<torch::jit::BuiltinModule>("aten");
+    if (name == "kvmap") return std::make_shared<torch::jit::BuiltinModule>("kvmap");
+    return nullptr;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("ghost exchange operator: gradcheck of the global function in float64, both directions") {
+  // The global function X -> Y (every rank's rows, concatenated) is what the op computes
+  // together on all ranks; every rank holds the same X, applies the op to its rows and
+  // gathers Y, so each finite difference and each backward is one collective call on every
+  // rank. Its Jacobian by central differences against the one autograd gives, row by row.
+  const int P = nranks();
+  const int me = rank();
+  const Scenario s = scenario(P, 3 * P + 2);
+  const GhostExchange gx = plan_of(s, world());
+  const std::int64_t plan = gx.handle();
+  std::vector<std::int64_t> rows;
+  for (int r = 0; r < P; ++r)
+    rows.push_back(static_cast<std::int64_t>(s.owned[r].size() + s.ghosts[r].size()));
+  std::int64_t offset = 0;
+  for (int r = 0; r < me; ++r) offset += rows[r];
+  at::Generator gen = at::detail::createCPUGenerator(99);  // the same X on every rank
+  const at::Tensor X =
+      at::randn({std::accumulate(rows.begin(), rows.end(), std::int64_t{0}), 2}, gen, at::kDouble);
+  const std::int64_t n = X.numel();
+  const double h = 1e-3;
+  const double eps = std::numeric_limits<double>::epsilon();
+  for (bool reverse : {false, true}) {
+    INFO((reverse ? "ghost_exchange_reverse" : "ghost_exchange"));
+    auto apply = [&](const at::Tensor& Xg) {
+      return allgather_rows(ghost_op(reverse).call(on_device(Xg.narrow(0, offset, rows[me])), plan),
+                            rows);
+    };
+    at::Tensor numeric = at::empty({n, n}, at::kDouble);  // [output, input]
+    for (std::int64_t i = 0; i < n; ++i) {
+      at::Tensor plus = X.clone(), minus = X.clone();
+      plus.view(-1)[i] += h;
+      minus.view(-1)[i] -= h;
+      numeric.select(1, i).copy_((apply(plus) - apply(minus)).view(-1) / (2 * h));
+    }
+    at::Tensor analytic = at::empty({n, n}, at::kDouble);
+    const at::Tensor x = on_device(X.narrow(0, offset, rows[me]).clone()).requires_grad_(true);
+    const at::Tensor y = ghost_op(reverse).call(x, plan);
+    for (std::int64_t j = 0; j < n; ++j) {
+      at::Tensor seed = at::zeros({n}, at::kDouble);
+      seed[j] = 1.0;
+      const at::Tensor mine = on_device(seed.view({-1, 2}).narrow(0, offset, rows[me]).clone());
+      const at::Tensor g = torch::autograd::grad({y}, {x}, {mine}, /*retain_graph=*/true)[0];
+      analytic.select(0, j).copy_(allgather_rows(g, rows).view(-1));
+    }
+    // Y's entries are copies of X's (forward) or sums of at most 1 + all ghost rows of X's
+    // (reverse): central differences are exact but for rounding, eps (terms) (max|X| + h) / h.
+    std::int64_t terms = 1;
+    for (int r = 0; r < P; ++r) terms += static_cast<std::int64_t>(s.ghosts[r].size());
+    const double bound = 2.0 * eps * static_cast<double>(terms) *
+                         (static_cast<double>(terms) * X.abs().max().item<double>() + h) / h;
+    const double worst = (numeric - analytic).abs().max().item<double>();
+    INFO("P=" << P << " largest |numeric - analytic| " << worst << " bound " << bound);
+    CHECK(worst <= bound);
+    // The analytic Jacobian is exact: 0/1 entries (forward), integer counts (reverse).
+    CHECK(at::equal(analytic, analytic.round()));
+    if (reverse) CHECK(analytic.abs().sum().item<double>() > 0.0);
+  }
+}
+
+TEST_CASE("ghost exchange operator: double backward, TorchScript, Meta, no plan") {
+  const int P = nranks();
+  const int me = rank();
+  const Scenario s = scenario(P, 6 * P + 1);
+  const GhostExchange gx = plan_of(s, world());
+  const std::int64_t plan = gx.handle();
+  const std::int64_t n = gx.owned() + gx.ghosts();
+  at::Generator gen = at::detail::createCPUGenerator(500 + static_cast<std::uint64_t>(me));
+  const at::Tensor x0 = on_device(at::randn({n, 3}, gen, at::kDouble));
+  const at::Tensor w = on_device(at::rand({n, 3}, gen, at::kDouble));
+  const at::Tensor v = on_device(at::randn({n, 3}, gen, at::kDouble));
+  const double eps = std::numeric_limits<double>::epsilon();
+  std::int64_t terms = 1;
+  for (int r = 0; r < P; ++r) terms += static_cast<std::int64_t>(s.ghosts[r].size());
+
+  SUBCASE("forces from an energy, then their gradient (training on forces)") {
+    // E = sum over ranks of 1/2 <y, w y>, y = F x: dE/dx = F^T (w F x); for L = <dE/dx, v>,
+    // dL/dx = F^T (w F v): a second exchange in each direction.
+    const at::Tensor x = x0.clone().requires_grad_(true);
+    const at::Tensor y = ghost_op(false).call(x, plan);
+    const at::Tensor energy = 0.5 * (y * w * y).sum();
+    const at::Tensor force = torch::autograd::grad({energy}, {x}, {}, true, true)[0];
+    const at::Tensor ref_force = gx.reverse(w * gx.forward(x0));
+    const at::Tensor second = torch::autograd::grad({(force * v).sum()}, {x})[0];
+    const at::Tensor ref_second = gx.reverse(w * gx.forward(v));
+    // Sums of at most `terms` products, in any order: terms eps (the sum of |terms|).
+    const at::Tensor scale1 = gx.reverse((w * gx.forward(x0)).abs());
+    const at::Tensor scale2 = gx.reverse((w * gx.forward(v)).abs());
+    CHECK(((force - ref_force).abs() <= static_cast<double>(terms) * eps * scale1)
+              .all()
+              .item<bool>());
+    CHECK(((second - ref_second).abs() <= static_cast<double>(terms) * eps * scale2)
+              .all()
+              .item<bool>());
+  }
+  SUBCASE("a TorchScript function calling the op, its gradient") {
+    // Compiled from source in C++, where a resolver names the operators' namespace (a model
+    // scripted in Python calls torch.ops.kvmap.ghost_exchange: the Python tests).
+    torch::jit::CompilationUnit cu;
+    cu.define({}, R"JIT(
+def layer(x, plan: int, w):
+    return torch.tanh(kvmap.ghost_exchange(x, plan) * w)
+)JIT",
+              std::make_shared<KvmapResolver>(), nullptr);
+    const at::Tensor x = x0.clone().requires_grad_(true);
+    const at::Tensor out = cu.run_method("layer", x, plan, w).toTensor();
+    const at::Tensor ref = at::tanh(gx.forward(x0) * w);
+    // tanh of the same argument: a few ulp at most between its kernels.
+    CHECK(((out - ref).abs() <= 4.0 * eps * ref.abs()).all().item<bool>());
+    const at::Tensor grad = torch::autograd::grad({out.sum()}, {x})[0];
+    const at::Tensor d = w * (1 - ref * ref);
+    const at::Tensor ref_grad = gx.reverse(d);
+    const at::Tensor scale = gx.reverse(d.abs());
+    CHECK(((grad - ref_grad).abs() <= 8.0 * static_cast<double>(terms) * eps * scale)
+              .all()
+              .item<bool>());
+  }
+  SUBCASE("the Meta kernel gives the shape; a handle without a plan is an error") {
+    const at::Tensor meta =
+        at::empty({n, 4, 2}, at::TensorOptions().dtype(at::kFloat).device(at::kMeta));
+    for (bool reverse : {false, true}) {
+      const at::Tensor shaped = ghost_op(reverse).call(meta, plan);
+      CHECK(shaped.is_meta());
+      CHECK(shaped.sizes() == meta.sizes());
+    }
+    // Every rank calls with the same bad handle: each fails before any communication.
+    CHECK_THROWS_WITH_AS(ghost_op(false).call(x0, 987654321),
+                         doctest::Contains("no GhostExchange plan has handle 987654321"),
+                         kvmap::Error);
+  }
 }

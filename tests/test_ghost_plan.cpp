@@ -123,7 +123,8 @@ TEST_CASE("ghost plan: random owners and ghosts (repeats, own ids, empty ranks)"
     std::vector<std::vector<std::int64_t>> owned(static_cast<std::size_t>(P)),
         ghosts(static_cast<std::size_t>(P));
     std::vector<std::int64_t> ids;
-    for (int k = 0; k < items; ++k) ids.push_back(static_cast<std::int64_t>(rng() >> 2) - (1ll << 60));
+    for (int k = 0; k < items; ++k)
+      ids.push_back(static_cast<std::int64_t>(rng() >> 2) - (1ll << 60));
     for (std::int64_t id : ids) {
       int r = static_cast<int>(rng() % static_cast<std::uint64_t>(P));
       if (P > 3 && r == 3) r = 0;  // rank 3 owns nothing
@@ -131,7 +132,8 @@ TEST_CASE("ghost plan: random owners and ghosts (repeats, own ids, empty ranks)"
     }
     for (int r = 0; r < P; ++r) {
       const int n = r == 2 ? 0 : static_cast<int>(rng() % 30);  // rank 2 has no ghosts
-      for (int k = 0; k < n; ++k) ghosts[static_cast<std::size_t>(r)].push_back(ids[rng() % ids.size()]);
+      for (int k = 0; k < n; ++k)
+        ghosts[static_cast<std::size_t>(r)].push_back(ids[rng() % ids.size()]);
     }
     const Run run = plan_all(owned, ghosts);
     for (const std::string& p : run.directory_problems) CHECK(p.empty());

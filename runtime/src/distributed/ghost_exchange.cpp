@@ -14,56 +14,21 @@
 #include <utility>
 
 #include "agreement.hpp"
+#include "ghost_state.hpp"
 #include "ghost_plan.hpp"
 #include "gpu_aware_mpi.hpp"
 #include "kvmap/error.hpp"
 #include "kvmap/tensor_bridge.hpp"
 #include "mpi_transport.hpp"
 #include "stats_counters.hpp"
+#include "tensor_blocks.hpp"
 #include "torch_stream.hpp"
 
 namespace kvmap::Detail {
 
-// The routes as index tensors on one device.
-struct GhostIndices {
-  c10::Device device = c10::Device(c10::kCPU);
-  at::Tensor send_rows;   // owned rows sent, packed in peer order
-  at::Tensor remote_dst;  // rows of the tensor (owned + ghost index) filled from received rows
-  at::Tensor remote_pos;  // their packed received rows
-  at::Tensor self_dst;    // rows filled from this rank's own rows
-  at::Tensor self_row;    // those owned rows
-};
-
-struct GhostPlan {
-  Comm comm;
-  std::int64_t owned = 0;
-  std::int64_t ghosts = 0;
-  GhostRoutes routes;
-  std::mutex mutex;  // guards the device copies and the handle
-  std::deque<GhostIndices> indices;  // references stay valid as devices are added
-  std::int64_t handle = 0;
-  ~GhostPlan();
-  const GhostIndices& on(const c10::Device& device);
-};
-
 namespace {
 
-struct HandleRegistry {
-  std::mutex mutex;
-  std::int64_t next = 1;
-  std::unordered_map<std::int64_t, std::weak_ptr<GhostPlan>> plans;
-};
-
-HandleRegistry& handles() {
-  static HandleRegistry* r = new HandleRegistry();  // outlives every plan (never destroyed)
-  return *r;
-}
-
-std::uint64_t bytes_of(const at::Tensor& t) {
-  return static_cast<std::uint64_t>(t.numel()) * t.element_size();
-}
-
-at::Tensor index_tensor(const std::vector<std::int64_t>& rows, std::int64_t shift = 0) {
+at::Tensor ghost_index(const std::vector<std::int64_t>& rows, std::int64_t shift = 0) {
   at::Tensor t = at::tensor(rows, at::TensorOptions().dtype(at::kLong));
   return shift == 0 ? t : t.add_(shift);
 }
@@ -83,8 +48,7 @@ void check_owned_distinct(const std::vector<std::int64_t>& owned) {
   std::sort(sorted.begin(), sorted.end());
   const auto twice = std::adjacent_find(sorted.begin(), sorted.end());
   KVMAP_CHECK(twice == sorted.end(), ValueError,
-              "kvmap::GhostExchange: owned id " << *twice
-                                                << " is listed twice on this rank (rank "
+              "kvmap::GhostExchange: owned id " << *twice << " is listed twice on this rank (rank "
                                                 << "ids must be distinct)");
 }
 
@@ -92,8 +56,8 @@ void check_owned_distinct(const std::vector<std::int64_t>& owned) {
 struct GhostCall {
   const GhostIndices* idx = nullptr;
   at::Tensor in, out;
-  at::Tensor sent, received;     // packed rows: [rows_sent, ...], [rows_received, ...]
-  at::Tensor gathered, own;      // ghost rows from received rows; from this rank's own rows
+  at::Tensor sent, received;            // packed rows: [rows_sent, ...], [rows_received, ...]
+  at::Tensor gathered, own;             // ghost rows from received rows; from this rank's own rows
   at::Tensor sent_host, received_host;  // host copies (staged only)
   bool staged = false;
   Messages messages;
@@ -101,8 +65,8 @@ struct GhostCall {
 
 // Forward messages receive the owners' rows into `received` and send `sent`; reverse ones the
 // other way round.
-GhostCall plan_call(GhostPlan& plan, const at::Tensor& x, bool reverse, const char* who,
-                    Signature& sig, const Shape& rows_shape) {
+GhostCall plan_ghost_call(GhostPlan& plan, const at::Tensor& x, bool reverse, const char* who,
+                          Signature& sig, const Shape& rows_shape) {
   KVMAP_CHECK(x.defined() && x.dim() >= 1, ValueError,
               who << ": the tensor must have at least one dimension (rows: owned + ghosts)");
   const DType dtype = from_torch(x.scalar_type());  // TypeError for unsupported dtypes
@@ -137,23 +101,27 @@ GhostCall plan_call(GhostPlan& plan, const at::Tensor& x, bool reverse, const ch
   std::size_t offset = 0;
   for (const GhostRoutes::Count& p : r.recvs) {
     const std::size_t bytes = static_cast<std::size_t>(p.rows) * per_row;
-    if (reverse) c.messages.send(p.peer, offset, bytes);
-    else c.messages.recv(p.peer, offset, bytes);
+    if (reverse)
+      c.messages.send(p.peer, offset, bytes);
+    else
+      c.messages.recv(p.peer, offset, bytes);
     offset += bytes;
   }
   offset = 0;
   for (const GhostRoutes::Peer& p : r.sends) {
     const std::size_t bytes = p.rows.size() * per_row;
-    if (reverse) c.messages.recv(p.peer, offset, bytes);
-    else c.messages.send(p.peer, offset, bytes);
+    if (reverse)
+      c.messages.recv(p.peer, offset, bytes);
+    else
+      c.messages.send(p.peer, offset, bytes);
     offset += bytes;
   }
   return c;
 }
 
 // `from` to the peers, into `to` (through host copies when staged).
-void run_messages(const Transport& transport, GhostCall& c, const at::Tensor& from,
-                  const at::Tensor& from_host, at::Tensor& to, at::Tensor& to_host) {
+void run_ghost_messages(const Transport& transport, GhostCall& c, const at::Tensor& from,
+                        const at::Tensor& from_host, at::Tensor& to, at::Tensor& to_host) {
   if (c.messages.size() == 0) return;
   const void* send = from.data_ptr();
   void* recv = to.data_ptr();
@@ -171,7 +139,7 @@ void run_messages(const Transport& transport, GhostCall& c, const at::Tensor& fr
   }
 }
 
-void run_forward(const Transport& transport, std::int64_t owned, GhostCall& c) {
+void run_ghost_forward(const Transport& transport, std::int64_t owned, GhostCall& c) {
   const GhostIndices& idx = *c.idx;
   const at::Tensor mine = c.in.narrow(0, 0, owned);
   c.out.narrow(0, 0, owned).copy_(mine);
@@ -185,7 +153,7 @@ void run_forward(const Transport& transport, std::int64_t owned, GhostCall& c) {
     c.out.index_copy_(0, idx.self_dst, c.own);
     count_bytes_copied(2 * bytes_of(c.own));
   }
-  run_messages(transport, c, c.sent, c.sent_host, c.received, c.received_host);
+  run_ghost_messages(transport, c, c.sent, c.sent_host, c.received, c.received_host);
   if (c.gathered.size(0) > 0) {
     at::index_select_out(c.gathered, c.received, 0, idx.remote_pos);
     c.out.index_copy_(0, idx.remote_dst, c.gathered);
@@ -193,7 +161,7 @@ void run_forward(const Transport& transport, std::int64_t owned, GhostCall& c) {
   }
 }
 
-void run_reverse(const Transport& transport, std::int64_t owned, GhostCall& c) {
+void run_ghost_reverse(const Transport& transport, std::int64_t owned, GhostCall& c) {
   const GhostIndices& idx = *c.idx;
   at::Tensor mine = c.out.narrow(0, 0, owned);
   mine.copy_(c.in.narrow(0, 0, owned));
@@ -205,7 +173,7 @@ void run_reverse(const Transport& transport, std::int64_t owned, GhostCall& c) {
     c.received.index_add_(0, idx.remote_pos, c.gathered);
     count_bytes_copied(2 * bytes_of(c.gathered));
   }
-  run_messages(transport, c, c.received, c.received_host, c.sent, c.sent_host);
+  run_ghost_messages(transport, c, c.received, c.received_host, c.sent, c.sent_host);
   if (c.sent.size(0) > 0) {
     mine.index_add_(0, idx.send_rows, c.sent);
     count_bytes_copied(bytes_of(c.sent));
@@ -217,19 +185,21 @@ void run_reverse(const Transport& transport, std::int64_t owned, GhostCall& c) {
   }
 }
 
-at::Tensor exchange(GhostPlan& plan, const at::Tensor& x, bool reverse) {
+at::Tensor run_ghost_call(GhostPlan& plan, const at::Tensor& x, bool reverse) {
   const char* who = reverse ? "kvmap::GhostExchange::reverse" : "kvmap::GhostExchange::forward";
   Shape rows_shape;
   if (x.defined() && x.dim() >= 1) rows_shape.assign(x.sizes().begin() + 1, x.sizes().end());
   return collective(
       who, plan.comm,
       [&](Signature& sig, NoPayload&) {
-        return plan_call(plan, x, reverse, who, sig, rows_shape);
+        return plan_ghost_call(plan, x, reverse, who, sig, rows_shape);
       },
       [&](GhostCall& c, const NoPayload&) {
         const Transport& t = transport(plan.comm);
-        if (reverse) run_reverse(t, plan.owned, c);
-        else run_forward(t, plan.owned, c);
+        if (reverse)
+          run_ghost_reverse(t, plan.owned, c);
+        else
+          run_ghost_forward(t, plan.owned, c);
         return c.out;
       });
 }
@@ -247,7 +217,7 @@ struct LookupFailures {
 // records any problem they showed; one agreement reports the checks' failures, or else the
 // rounds' problems.
 template <class Ids>
-std::shared_ptr<GhostPlan> build_plan(const Comm& comm, Ids&& ids) {
+std::shared_ptr<GhostPlan> build_ghost_plan(const Comm& comm, Ids&& ids) {
   constexpr const char* who = "kvmap::GhostExchange";
   Collective<LookupFailures> call(who, comm);
   std::optional<IdLists> lists = call.plan([&](Signature&, LookupFailures&) {
@@ -292,10 +262,7 @@ std::shared_ptr<GhostPlan> build_plan(const Comm& comm, Ids&& ids) {
 }  // namespace
 
 GhostPlan::~GhostPlan() {
-  if (handle == 0) return;
-  HandleRegistry& r = handles();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  r.plans.erase(handle);
+  if (handle != 0) forget_ghost_handle(handle);
 }
 
 const GhostIndices& GhostPlan::on(const c10::Device& device) {
@@ -303,12 +270,13 @@ const GhostIndices& GhostPlan::on(const c10::Device& device) {
   if (indices.empty()) {
     GhostIndices cpu;
     std::vector<std::int64_t> sends;
-    for (const GhostRoutes::Peer& p : routes.sends) sends.insert(sends.end(), p.rows.begin(), p.rows.end());
-    cpu.send_rows = index_tensor(sends);
-    cpu.remote_dst = index_tensor(routes.remote_ghost, owned);
-    cpu.remote_pos = index_tensor(routes.remote_pos);
-    cpu.self_dst = index_tensor(routes.self_ghost, owned);
-    cpu.self_row = index_tensor(routes.self_row);
+    for (const GhostRoutes::Peer& p : routes.sends)
+      sends.insert(sends.end(), p.rows.begin(), p.rows.end());
+    cpu.send_rows = ghost_index(sends);
+    cpu.remote_dst = ghost_index(routes.remote_ghost, owned);
+    cpu.remote_pos = ghost_index(routes.remote_pos);
+    cpu.self_dst = ghost_index(routes.self_ghost, owned);
+    cpu.self_row = ghost_index(routes.self_row);
     indices.push_back(std::move(cpu));
   }
   for (const GhostIndices& i : indices) {
@@ -332,27 +300,36 @@ namespace kvmap {
 
 GhostExchange::GhostExchange(const std::vector<std::int64_t>& owned_ids,
                              const std::vector<std::int64_t>& ghost_ids, const Comm& comm)
-    : plan_(Detail::build_plan(comm, [&] { return Detail::IdLists(owned_ids, ghost_ids); })) {}
+    : plan_(Detail::build_ghost_plan(comm, [&] { return Detail::IdLists(owned_ids, ghost_ids); })) {
+}
 
 GhostExchange::GhostExchange(const at::Tensor& owned_ids, const at::Tensor& ghost_ids,
                              const Comm& comm)
-    : plan_(Detail::build_plan(comm, [&] {
+    : plan_(Detail::build_ghost_plan(comm, [&] {
         return Detail::IdLists(Detail::ids_of(owned_ids, "owned_ids"),
                                Detail::ids_of(ghost_ids, "ghost_ids"));
       })) {}
 
 at::Tensor GhostExchange::forward(const at::Tensor& x) const {
-  return Detail::exchange(*plan_, x, false);
+  return Detail::run_ghost_call(*plan_, x, false);
 }
 
 at::Tensor GhostExchange::reverse(const at::Tensor& g) const {
-  return Detail::exchange(*plan_, g, true);
+  return Detail::run_ghost_call(*plan_, g, true);
 }
 
-std::int64_t GhostExchange::owned() const { return plan_->owned; }
-std::int64_t GhostExchange::ghosts() const { return plan_->ghosts; }
-std::int64_t GhostExchange::rows_sent() const { return plan_->routes.rows_sent; }
-std::int64_t GhostExchange::rows_received() const { return plan_->routes.rows_received; }
+std::int64_t GhostExchange::owned() const {
+  return plan_->owned;
+}
+std::int64_t GhostExchange::ghosts() const {
+  return plan_->ghosts;
+}
+std::int64_t GhostExchange::rows_sent() const {
+  return plan_->routes.rows_sent;
+}
+std::int64_t GhostExchange::rows_received() const {
+  return plan_->routes.rows_received;
+}
 int GhostExchange::peers() const {
   std::vector<int> ranks;
   for (const auto& p : plan_->routes.sends) ranks.push_back(p.peer);
@@ -360,30 +337,8 @@ int GhostExchange::peers() const {
   std::sort(ranks.begin(), ranks.end());
   return static_cast<int>(std::unique(ranks.begin(), ranks.end()) - ranks.begin());
 }
-const Comm& GhostExchange::comm() const { return plan_->comm; }
-
-std::int64_t GhostExchange::handle() const {
-  Detail::HandleRegistry& r = Detail::handles();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  std::lock_guard<std::mutex> plan_lock(plan_->mutex);
-  if (plan_->handle == 0) {
-    plan_->handle = r.next++;
-    r.plans.emplace(plan_->handle, plan_);
-  }
-  return plan_->handle;
-}
-
-GhostExchange GhostExchange::from_handle(std::int64_t handle) {
-  Detail::HandleRegistry& r = Detail::handles();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  const auto it = r.plans.find(handle);
-  std::shared_ptr<Detail::GhostPlan> plan = it == r.plans.end() ? nullptr : it->second.lock();
-  KVMAP_CHECK(plan != nullptr, Error,
-              "kvmap: no GhostExchange plan has handle " << handle
-                                                          << " (build one with kvmap::GhostExchange "
-                                                             "and pass its handle(); it is "
-                                                             "valid while the plan lives)");
-  return GhostExchange(std::move(plan));
+const Comm& GhostExchange::comm() const {
+  return plan_->comm;
 }
 
 }  // namespace kvmap

@@ -6,15 +6,12 @@
 #include <algorithm>
 
 #include "stats_counters.hpp"
+#include "tensor_blocks.hpp"
 #include "torch_stream.hpp"
 
 namespace kvmap::Detail {
 
 namespace {
-
-std::uint64_t bytes_of(const at::Tensor& t) {
-  return static_cast<std::uint64_t>(t.numel()) * t.element_size();
-}
 
 // Rows packed with the split axis first: [rows, the other extents...].
 at::Tensor packed(const at::Tensor& like_first, std::int64_t rows) {

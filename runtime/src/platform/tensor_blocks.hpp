@@ -29,6 +29,11 @@ struct MemorySpan {
 };
 MemorySpan span_of(const LocalBlock& block, std::size_t itemsize);
 MemorySpan span_of(const at::Tensor& tensor);
+
+// The bytes of a tensor's elements (what copying it moves).
+inline std::uint64_t bytes_of(const at::Tensor& t) {
+  return static_cast<std::uint64_t>(t.numel()) * t.element_size();
+}
 }  // namespace Detail
 
 }  // namespace kvmap
