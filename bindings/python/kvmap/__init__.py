@@ -33,7 +33,7 @@ if _major_minor(_torch.__version__) != _major_minor(_build.TORCH_VERSION):
                       "or reconfigure the CMake build)" % (_build.TORCH_VERSION, _torch.__version__))
 
 from . import _comms, _kvmap  # noqa: E402
-from ._kvmap import (Closeness, DistView, Error, RemoteError, build_info, check_close,  # noqa: E402
+from ._kvmap import (Closeness, DistView, Error, GhostExchange, RemoteError, build_info, check_close,  # noqa: E402
                      chunk_rows, from_heat, version)
 
 # mpi4py and kvmap must use one MPI library: two in one process share no communicator.
@@ -56,7 +56,7 @@ def _finalize():
 
 
 __all__ = ["DistView", "Error", "RemoteError", "Closeness", "check_close", "array", "zeros", "ones", "full", "arange",
-           "vmap", "map_batches", "map_overlap", "chunk_rows", "random", "from_heat", "manual_seed", "dot", "nrm2", "stats", "reset_stats",
+           "vmap", "map_batches", "map_overlap", "GhostExchange", "chunk_rows", "random", "from_heat", "manual_seed", "dot", "nrm2", "stats", "reset_stats",
            "version", "build_info"]
 __version__ = version()
 

@@ -14,4 +14,5 @@ PYBIND11_MODULE(_kvmap, m) {
   kp::bind_tolerance(m);
   kp::bind_heat(m);
   kp::bind_vmap(m);
+  kp::bind_ghost_exchange(m);
 }

@@ -29,7 +29,7 @@ struct GhostPlan {
   std::int64_t owned = 0;
   std::int64_t ghosts = 0;
   GhostRoutes routes;
-  std::mutex mutex;  // guards the device copies and the handle
+  std::mutex mutex;                  // guards the device copies and the handle
   std::deque<GhostIndices> indices;  // references stay valid as devices are added
   std::int64_t handle = 0;
   ~GhostPlan();

@@ -1,0 +1,168 @@
+"""kvmap.GhostExchange and torch.ops.kvmap.ghost_exchange under mpirun: forward and reverse
+against references every rank computes alone (it knows the whole decomposition), gradcheck of
+the global function in float64, a scripted module calling the op, errors on every rank."""
+import io
+
+import pytest
+import torch
+from mpi4py import MPI
+
+import kvmap
+
+COMM = MPI.COMM_WORLD
+P = COMM.size
+ME = COMM.rank
+
+
+def decomposition(items):
+    """Item k has id 1000 + 3k, owner (5k + 1) % P; each rank owns its ids in descending order
+    and ghosts every third item from its rank on (its own included: periodic images), the first
+    two again."""
+    owned = [[] for _ in range(P)]
+    owner = {}
+    for k in range(items):
+        r = (5 * k + 1) % P
+        owned[r].append(1000 + 3 * k)
+        owner[1000 + 3 * k] = r
+    ghosts = []
+    for r in range(P):
+        owned[r].sort(reverse=True)
+        g = [1000 + 3 * k for k in range(r % 3, items, 3)]
+        ghosts.append(g + g[:2])
+    return owned, ghosts, owner
+
+
+def ids(values):
+    return torch.tensor(values, dtype=torch.int64)
+
+
+def value(i, c):
+    return float((i * 7 + c * 13) % 41 - 20)
+
+
+def test_forward_and_reverse_against_the_decomposition():
+    owned, ghosts, _ = decomposition(9 * P + 4)
+    gx = kvmap.GhostExchange(ids(owned[ME]), ids(ghosts[ME]))
+    assert (gx.owned, gx.ghosts) == (len(owned[ME]), len(ghosts[ME]))
+    x = torch.full((gx.owned + gx.ghosts, 4), -99.0, dtype=torch.float64)
+    for i, k in enumerate(owned[ME]):
+        x[i] = torch.tensor([value(k, c) for c in range(4)])
+    want = x.clone()
+    for j, k in enumerate(ghosts[ME]):
+        want[gx.owned + j] = torch.tensor([value(k, c) for c in range(4)])
+    for dtype in (torch.float64, torch.float32, torch.int32):
+        assert torch.equal(gx.forward(x.to(dtype)), want.to(dtype))
+    # reverse: integer-valued gradients, so every sum is exact.
+    def grad(r):
+        n = len(owned[r]) + len(ghosts[r])
+        return torch.tensor([[(r * 31 + i * 11 + c * 5) % 17 - 8 for c in range(4)] for i in range(n)],
+                            dtype=torch.float64)
+    expect = grad(ME).clone()
+    row = {k: i for i, k in enumerate(owned[ME])}
+    for q in range(P):
+        gq = grad(q)
+        for j, k in enumerate(ghosts[q]):
+            if k in row:
+                expect[row[k]] += gq[len(owned[q]) + j]
+    expect[gx.owned:] = 0
+    assert torch.equal(gx.reverse(grad(ME)), expect)
+
+
+class Scatter(torch.autograd.Function):
+    """X (the same on every rank) -> this rank's rows. Its adjoint is Gather (and Gather's is
+    Scatter), so gradients of any order stay global and collective."""
+
+    @staticmethod
+    def forward(ctx, X, start, rows):
+        ctx.start, ctx.rows = start, rows
+        return X[start:start + rows].clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        return Gather.apply(g, ctx.start), None, None
+
+
+class Gather(torch.autograd.Function):
+    """Each rank's rows -> the global Y on every rank (rank order)."""
+
+    @staticmethod
+    def forward(ctx, y, start):
+        ctx.start, ctx.rows = start, y.shape[0]
+        return torch.cat(COMM.allgather(y.detach().contiguous()))
+
+    @staticmethod
+    def backward(ctx, g):
+        return Scatter.apply(g, ctx.start, ctx.rows), None
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_gradcheck_of_the_global_function(reverse):
+    owned, ghosts, _ = decomposition(2 * P + 1)
+    gx = kvmap.GhostExchange(ids(owned[ME]), ids(ghosts[ME]))
+    counts = [len(owned[r]) + len(ghosts[r]) for r in range(P)]
+    start = sum(counts[:ME])
+    op = torch.ops.kvmap.ghost_exchange_reverse if reverse else torch.ops.kvmap.ghost_exchange
+
+    def f(X):  # every rank evaluates it with the same X: each call is collective
+        return Gather.apply(op(Scatter.apply(X, start, counts[ME]), gx.handle), start)
+
+    X = torch.randn(sum(counts), 1, dtype=torch.float64, generator=torch.Generator().manual_seed(5),
+                    requires_grad=True)
+    # The op is linear: central differences are exact but for rounding, far below atol.
+    assert torch.autograd.gradcheck(f, (X,), eps=1e-3, atol=1e-9, rtol=0)
+    if not reverse:  # the second derivatives are exchanges too: once is enough (O(n^2) calls)
+        torch.manual_seed(0)  # gradgradcheck's random output gradients: the same on every rank
+        assert torch.autograd.gradgradcheck(f, (X,), eps=1e-3, atol=1e-9, rtol=0)
+
+
+class MessagePassing(torch.nn.Module):
+    """Two layers; ghost features are exchanged between them."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin1 = torch.nn.Linear(3, 3, dtype=torch.float64)
+        self.lin2 = torch.nn.Linear(3, 1, dtype=torch.float64)
+
+    def forward(self, x: torch.Tensor, plan: int) -> torch.Tensor:
+        h = torch.tanh(self.lin1(x))
+        h = torch.ops.kvmap.ghost_exchange(h, plan)
+        return self.lin2(h).sum()
+
+
+def test_a_scripted_model_calls_the_op():
+    owned, ghosts, _ = decomposition(5 * P + 1)
+    gx = kvmap.GhostExchange(ids(owned[ME]), ids(ghosts[ME]))
+    torch.manual_seed(3)
+    model = MessagePassing()
+    buffer = io.BytesIO()
+    torch.jit.save(torch.jit.script(model), buffer)
+    buffer.seek(0)
+    scripted = torch.jit.load(buffer)
+    x = torch.randn(gx.owned + gx.ghosts, 3, dtype=torch.float64,
+                    generator=torch.Generator().manual_seed(ME))
+    xa = x.clone().requires_grad_(True)
+    xb = x.clone().requires_grad_(True)
+    ea, eb = scripted(xa, gx.handle), model(xb, gx.handle)
+    ea.backward()
+    eb.backward()
+    # The same operations in the same order on the same values.
+    assert torch.equal(ea, eb)
+    assert torch.equal(xa.grad, xb.grad)
+    # The eager reference without the op: forward, then reverse of the gradient.
+    h = torch.tanh(model.lin1(x.clone().requires_grad_(True)))
+    assert torch.equal(gx(h.detach()), gx.forward(h.detach()))
+
+
+def test_errors_on_every_rank():
+    owned, ghosts, _ = decomposition(3 * P + 1)
+    odd = 1 if P > 1 else 0
+    bad = ghosts[ME] + ([7] if ME == odd else [])
+    # ValueError on the rank at fault, RemoteError (naming it) on the others.
+    with pytest.raises((ValueError, kvmap.RemoteError), match="ghost id 7 .* is owned by no rank"):
+        kvmap.GhostExchange(ids(owned[ME]), ids(bad))
+    gx = kvmap.GhostExchange(ids(owned[ME]), ids(ghosts[ME]))
+    x = torch.zeros(gx.owned + gx.ghosts - (1 if ME == odd else 0), 2)
+    with pytest.raises((ValueError, kvmap.RemoteError), match="ghost rows on this rank"):
+        gx.forward(x)
+    with pytest.raises(RuntimeError, match="no GhostExchange plan has handle 123456789"):
+        torch.ops.kvmap.ghost_exchange(torch.zeros(2, 2), 123456789)
