@@ -166,3 +166,23 @@ def test_errors_on_every_rank():
         gx.forward(x)
     with pytest.raises(RuntimeError, match="no GhostExchange plan has handle 123456789"):
         torch.ops.kvmap.ghost_exchange(torch.zeros(2, 2), 123456789)
+
+
+@pytest.mark.skipif(P > 1, reason="one rank suffices: the exported program is each rank's own")
+@pytest.mark.skipif(not hasattr(torch, "export") or not hasattr(torch._inductor, "aoti_compile_and_package"),
+                    reason="torch.export and AOTInductor packages need torch >= 2.6")
+def test_export_and_aotinductor_keep_the_op(tmp_path):
+    owned, ghosts, _ = decomposition(7)
+    gx = kvmap.GhostExchange(ids(owned[ME]), ids(ghosts[ME]))
+    torch.manual_seed(4)
+    model = MessagePassing()
+    x = torch.randn(gx.owned + gx.ghosts, 3, dtype=torch.float64)
+    program = torch.export.export(model, (x, gx.handle))
+    assert "torch.ops.kvmap.ghost_exchange" in program.graph_module.code
+    assert torch.equal(program.module()(x, gx.handle), model(x, gx.handle))
+    package = torch._inductor.aoti_compile_and_package(program, package_path=str(tmp_path / "m.pt2"))
+    compiled = torch._inductor.aoti_load_package(package)
+    # Inductor may fuse and reorder the layers' sums: float64 rounding of a 3-term dot
+    # product and a sum over the rows, far below this bound.
+    want = model(x, gx.handle)
+    assert abs(compiled(x, gx.handle).item() - want.item()) <= 1e-12 * (1 + abs(want.item()))
