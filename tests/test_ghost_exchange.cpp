@@ -150,6 +150,10 @@ TEST_CASE("ghost exchange: forward fills ghosts from owners, reverse sums them b
       const at::Tensor g = on_device(gradients(s, me).to(type));
       CHECK(at::equal(gx.reverse(g).cpu(), expected_reverse(s, me, P).to(type)));
     }
+    // The plain calls carry no autograd history (the operator is the differentiable form).
+    const at::Tensor tracked = on_device(features(s, me, at::kDouble)).requires_grad_(true);
+    CHECK_FALSE(gx.forward(tracked).requires_grad());
+    CHECK_FALSE(gx.reverse(tracked).requires_grad());
     // Through host copies (what device memory takes without a GPU-aware MPI): the same.
     kvmap::Detail::set_force_host_staging(true);
     const at::Tensor x = on_device(features(s, me, at::kDouble));

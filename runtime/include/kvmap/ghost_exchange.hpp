@@ -33,7 +33,9 @@ namespace kvmap {
 /// in the same order, with the same dtype and trailing shape. Any kvmap dtype, any trailing
 /// shape, host or device tensors (device memory goes to MPI directly where MPI reads it, else
 /// through host copies). Errors (a bad id list, an id owned twice, a ghost id nobody owns, a
-/// tensor of the wrong row count) are raised on every rank.
+/// tensor of the wrong row count) are raised on every rank. forward() and reverse() return
+/// tensors without autograd history; for gradients call the torch operator
+/// `kvmap::ghost_exchange(x, handle())` (its backward is reverse).
 class GhostExchange {
  public:
   /// Collective over comm.

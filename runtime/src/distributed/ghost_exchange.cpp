@@ -5,6 +5,7 @@
 #include "kvmap/ghost_exchange.hpp"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 
 #include <algorithm>
 #include <deque>
@@ -48,8 +49,9 @@ void check_owned_distinct(const std::vector<std::int64_t>& owned) {
   std::sort(sorted.begin(), sorted.end());
   const auto twice = std::adjacent_find(sorted.begin(), sorted.end());
   KVMAP_CHECK(twice == sorted.end(), ValueError,
-              "kvmap::GhostExchange: owned id " << *twice << " is listed twice on this rank (rank "
-                                                << "ids must be distinct)");
+              "kvmap::GhostExchange: owned id " << *twice
+                                                << " is listed twice on this rank (a rank's "
+                                                   "owned ids must be distinct)");
 }
 
 // One call: its tensors, buffers and messages, made before the agreement.
@@ -186,6 +188,9 @@ void run_ghost_reverse(const Transport& transport, std::int64_t owned, GhostCall
 }
 
 at::Tensor run_ghost_call(GhostPlan& plan, const at::Tensor& x, bool reverse) {
+  // The messages are invisible to autograd: results carry no history (the operators in
+  // ghost_ops.cpp are the differentiable form).
+  const c10::NoGradGuard no_grad;
   const char* who = reverse ? "kvmap::GhostExchange::reverse" : "kvmap::GhostExchange::forward";
   Shape rows_shape;
   if (x.defined() && x.dim() >= 1) rows_shape.assign(x.sizes().begin() + 1, x.sizes().end());
