@@ -256,6 +256,44 @@ TEST_CASE("halo and map_overlap: fixed-size agreements plus exactly the halo row
   CHECK(at::equal(out->allgather(), full * 2));
 }
 
+TEST_CASE("ghost exchange: one fixed-size agreement plus exactly the ghost rows, per call") {
+  // A periodic chain: rank r owns ids [10 r, 10 r + 10) and ghosts the two ids before and the
+  // two after (its own at P = 1).
+  const int P = nranks(), me = rank();
+  const std::int64_t n = 10 * P;
+  std::vector<std::int64_t> owned, ghosts;
+  for (std::int64_t k = 0; k < 10; ++k) owned.push_back(10 * me + k);
+  for (std::int64_t k : {-2, -1, 10, 11}) ghosts.push_back(((10 * me + k) % n + n) % n);
+  std::optional<kvmap::GhostExchange> gx;
+  // The plan's three sparse rounds: probes and the directory's load vary with P (reported).
+  measure("GhostExchange plan (three sparse rounds)", Cost::Data,
+          [&] { gx.emplace(owned, ghosts, world()); });
+  const at::Tensor full = pattern({n, 5}, at::kDouble, 12);
+  const at::Tensor x = at::cat({full.narrow(0, 10 * me, 10), at::zeros({4, 5}, at::kDouble)});
+  std::optional<View> z;
+  const auto agreement = measure("zeros (the agreement alone, ghost case)", Cost::Fixed, [&] {
+    z = View::zeros({n, 5}, DType::Float64, 0);
+  });
+  at::Tensor y, g;
+  const auto f =
+      measure("GhostExchange forward, 4 ghost rows", Cost::Neighbours, [&] { y = gx->forward(x); });
+  const auto r =
+      measure("GhostExchange reverse, 4 ghost rows", Cost::Neighbours, [&] { g = gx->reverse(x); });
+  const std::uint64_t ghost_bytes = P > 1 ? 4 * 5 * sizeof(double) : 0;
+  CHECK(f.bytes_received == agreement.bytes_received + ghost_bytes);
+  CHECK(r.bytes_received == f.bytes_received);
+  if (P > 1) CHECK(f.collectives == 1);
+  CHECK(at::equal(y, at::cat({full.narrow(0, 10 * me, 10),
+                              full.index_select(0, at::tensor(ghosts, at::kLong))})));
+  // Copies per forward: the 10 own rows once, the 4 ghost rows packed and placed (sent,
+  // received, placed from another rank; or selected and placed from its own at P = 1).
+  const std::uint64_t copied_before = kvmap::stats().bytes_copied;
+  y = gx->forward(x);
+  const std::uint64_t row = 5 * sizeof(double);
+  CHECK(kvmap::stats().bytes_copied - copied_before ==
+        (P > 1 ? (10 + 4 + 2 * 4) : (10 + 2 * 4)) * row);
+}
+
 TEST_CASE("start-up: the GPU-aware decision is one collective through kvmap::Comm") {
   // What kvmap's initialization runs once (platform/gpu_aware_mpi.hpp), again: counted by
   // stats() as by the PMPI layer, nothing at one rank.
