@@ -80,15 +80,19 @@ def plot_chunks(records, out):
     if not rows:
         return None
 
+    # The batch ("n=<samples> ...") stands for the unchunked call.
+    def batch(r):
+        return int(r["case"].split()[0].split("=")[1])
+
     def size(r):
         c = r["contender"]
-        return 100000 if c == "unchunked" else int(c.split("=")[1])
+        return batch(r) if c == "unchunked" else int(c.split("=")[1])
 
     rows.sort(key=size)
     xs = [size(r) for r in rows]
     fig, ax = plt.subplots(figsize=(6, 4))
     ax.semilogx(xs, [r["time_over_unchunked"] for r in rows], marker="o", color="C0")
-    ax.set_xlabel("chunk size (samples; 100000 = unchunked)")
+    ax.set_xlabel("chunk size (samples; %d = unchunked)" % batch(rows[0]))
     ax.set_ylabel("time / unchunked", color="C0")
     ax2 = ax.twinx()
     ax2.semilogx(xs, [r["peak_extra_mib"] for r in rows], marker="s", color="C1")

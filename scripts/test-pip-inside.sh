@@ -68,10 +68,11 @@ readelf -d "$work"/named/x/kvmap/_kvmap*.so | grep -q "R[UN]*PATH.*$kokkos4/lib"
 log "  named Kokkos: used, not shipped, in the RPATH ($kokkos4/lib), built in $(($(date +%s) - start)) s"
 rm -rf "$work/dist" "$work/wheelhouse-out" "$work/named" "$HOME/.cache/pip"
 
-venv="$work/elsewhere/venv"
-log "new venv $venv, pip install $(basename "$wheel")[heat,test]"
+# Into the user's venv, as a Heat user installs it beside the torch and Heat they have (the
+# build's own environment was pip's, and is gone).
+venv="$work/user-venv"
+log "pip install $(basename "$wheel")[heat,test] into the user's venv"
 start=$(date +%s)
-"$py" -m venv "$venv"
 "$venv/bin/python" -m pip install -q "${pip_get[@]}" "$wheel[heat,test]" >"$work/install.log" 2>&1 ||
   { tail -n 60 "$work/install.log"; exit 1; }
 site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["platlib"])')"

@@ -9,10 +9,10 @@
 #     its CMake, ninja and nlohmann-json from PyPI) with no Kokkos named: Kokkos is built into
 #     the wheel from the release archives; the same sdist with Kokkos_ROOT builds a wheel that
 #     uses that Kokkos and ships none;
-#  3. everything the build used goes; the wheel is installed with [heat,test] into a new venv
-#     in another directory; the Python tests run there from outside any source tree at 1-4
-#     ranks (no PYTHONPATH, no LD_LIBRARY_PATH); a Kokkos app is built against the wheel's
-#     CMake package; then `pip uninstall`.
+#  3. everything the build used goes; the wheel is installed with [heat,test] into the user's
+#     venv; the Python tests run there from outside any source tree at 1-4 ranks (no
+#     PYTHONPATH, no LD_LIBRARY_PATH); a Kokkos app is built against the wheel's CMake
+#     package; then `pip uninstall`.
 # Needs root (chroot, mounts; scripts/minimal-root.sh).
 #   scripts/test-pip.sh [ranks...]     # default: 1 2 3 4
 # Prints the steps' times, the wheel's size and the test counts.

@@ -8,6 +8,7 @@ energy conservation and finite differences, and the errors every rank must repor
 Each prints its figures and ends with "check: OK" (ctest's pass expression).
 """
 import argparse
+import hashlib
 import os
 import re
 import subprocess
@@ -161,9 +162,29 @@ def check_errors(args, work):
             sys.exit("check: FAILED: %s: expected a failure with %r on every rank\n%s" % (what, text, p.stderr[-3000:]))
 
 
+def models_key(args, here):
+    """What the models are made from: models.py, this script, the ExaMiniMD program that
+    writes the training data, and the Python and torch that train them."""
+    h = hashlib.sha256()
+    for path in (os.path.join(here, "models.py"), os.path.abspath(__file__), exe(args, "examinimd-kvmap")):
+        with open(path, "rb") as f:
+            h.update(f.read())
+    torch = subprocess.run([args.python, "-c", "import sys, torch; print(sys.version, torch.__version__)"],
+                           check=True, stdout=subprocess.PIPE, text=True).stdout
+    h.update((os.path.realpath(args.python) + torch).encode())
+    return h.hexdigest()
+
+
 def make_models(args):
     os.makedirs(args.dir, exist_ok=True)
     here = os.path.dirname(os.path.abspath(__file__))
+    # Made once per build tree: again only when one of their inputs changed.
+    key, stamp = models_key(args, here), os.path.join(args.dir, "made-from.sha256")
+    if os.path.exists(stamp) and open(stamp).read() == key:
+        print("check: the models in %s are up to date (made from the same inputs, %s)" % (args.dir, key[:12]))
+        return
+    if os.path.exists(stamp):
+        os.remove(stamp)
     models = [args.python, os.path.join(here, "models.py")]
     lj = os.path.join(args.dir, "lj.pt")
     subprocess.run(models + ["lj", lj], check=True)
@@ -175,6 +196,8 @@ def make_models(args):
         path = input_file(os.path.join(work, "train.in"), 8, "kvmap %s 2.5" % lj, 400, thermo=100)
         run(args, [exe(args, "examinimd-kvmap"), "-il", path, "--kvmap-dump", data, "40"])
     subprocess.run(models + ["train", data, os.path.join(args.dir, "nn")], check=True)
+    with open(stamp, "w") as f:
+        f.write(key)
 
 
 def main():
