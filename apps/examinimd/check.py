@@ -3,7 +3,7 @@ energy conservation and finite differences, and the errors every rank must repor
 
     check.py models <dir> --exe-dir D --launcher L --python P
         lj.pt, bad.pt, training data from an ExaMiniMD Lennard-Jones run, nn.pt / nn64.pt
-    check.py lj|nn|errors --np N --exe-dir D --launcher L --models <dir>
+    check.py lj|nn|mp|mp_md|errors --np N --exe-dir D --launcher L --models <dir>
 
 Each prints its figures and ends with "check: OK" (ctest's pass expression).
 """
@@ -46,8 +46,8 @@ run {steps}
     return path
 
 
-def run(args, cmd, expect_ok=True):
-    full = [args.launcher, "-n", str(args.np)] + cmd
+def run(args, cmd, expect_ok=True, np=None):
+    full = [args.launcher, "-n", str(np or args.np)] + cmd
     print("check: $ " + " ".join(full), flush=True)
     p = subprocess.run(full, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=1200)
     if expect_ok and p.returncode != 0:
@@ -141,6 +141,79 @@ def check_nn(args, work):
         sys.exit("check: FAILED: float32 and float64 differ beyond float32's rounding")
 
 
+def read_forces(path):
+    """examinimd-kvmap --kvmap-forces' file: ({starting site: (fx, fy, fz)}, total energy)."""
+    with open(path) as f:
+        header = f.readline()
+        forces = {tuple(int(v) for v in w[:3]): tuple(float(v) for v in w[3:])
+                  for w in (line.split() for line in f)}
+    return forces, float(header.rsplit(" ", 1)[1])
+
+
+# The message-passing model's float64 forces on one configuration at two decompositions
+# differ by rounding only: the neighbours of an atom come in another order, the ghost rows'
+# gradients reach their owners in another order, and the forces on ghosts are added to their
+# owners in another order. Per force component, about 3,000 roundings: the radial basis and
+# layer 1 (8 and 16 terms), each of about 80 neighbours' messages (16 features), the output
+# MLP (32 and 32 terms), the same again in the backward pass, then the sums over neighbours
+# and images: 3,000 unit roundoffs 2^-53 of max|F|. The total energy sums 864 per-atom energies
+# in another order on top: 4,000 unit roundoffs of |E|.
+MP_FORCE_BOUND = 3000 * 2.0 ** -53
+MP_ENERGY_BOUND = 4000 * 2.0 ** -53
+
+
+def check_mp(args, work):
+    mp64 = os.path.join(args.models, "mp64.pt")
+    # Decomposition invariance: the same configuration (a jiggled lattice, the same at every
+    # rank count) at 1 rank and at N.
+    cfg = input_file(os.path.join(work, "mp64.in"), 6, "kvmap %s 2.5" % mp64, 0)
+    files = {}
+    for np in (1, args.np):
+        files[np] = os.path.join(work, "forces-%d.txt" % np)
+        p = run(args, [exe(args, "examinimd-kvmap"), "-il", cfg, "--kvmap-jiggle", "0.08",
+                       "--kvmap-forces", files[np]], np=np)
+        print(re.search(r"kvmap-forces: .*", p.stdout).group(0))
+    f1, e1 = read_forces(files[1])
+    fn, en = read_forces(files[args.np])
+    if sorted(f1) != sorted(fn):
+        sys.exit("check: FAILED: the atoms at 1 rank and at %d differ" % args.np)
+    scale = max(abs(v) for f in f1.values() for v in f)
+    diff = max(abs(a - b) for i in f1 for a, b in zip(f1[i], fn[i]))
+    de = abs(en - e1) / abs(e1)
+    print("check: message-passing model (float64), %d atoms: %d ranks against 1: max|dF| / max|F| = "
+          "%.3e (max|F| %.4g; bound %.2e, ratio %.3f), |dE| / |E| = %.3e (bound %.2e)"
+          % (len(f1), args.np, diff / scale, scale, MP_FORCE_BOUND, diff / scale / MP_FORCE_BOUND, de,
+             MP_ENERGY_BOUND))
+    if diff > MP_FORCE_BOUND * scale or de > MP_ENERGY_BOUND:
+        sys.exit("check: FAILED: the forces or the energy depend on the decomposition beyond rounding")
+    # Its forces are the gradient of its energy (through both layers and the exchange, in both
+    # directions): central differences at N ranks, as for the trained model (the same h; the
+    # Lennard-Jones part's steeper third derivative at the closest pairs of a 50-step melt
+    # sets the truncation error here).
+    fd_in = input_file(os.path.join(work, "mp64-fd.in"), 6, "kvmap %s 2.5" % mp64, 50)
+    p = run(args, [exe(args, "examinimd-kvmap"), "-il", fd_in, "--kvmap-fd", "1e-5", "6",
+                   "--kvmap-tolerance", "1e-7"])
+    line = re.search(r"kvmap-fd: .*", p.stdout).group(0)
+    print(line)
+    if "PASS" not in line:
+        sys.exit("check: FAILED: the forces are not the gradient of the energy")
+
+
+def check_mp_md(args, work):
+    mp = os.path.join(args.models, "mp.pt")
+    # 1,000 steps of the float32 model, the ghost plan remade at each neighbour-list rebuild:
+    # a model whose forces were not its energy's gradient would drift.
+    run_in = input_file(os.path.join(work, "mp.in"), 6, "kvmap %s 2.5" % mp, 1000, thermo=100)
+    p = run(args, [exe(args, "examinimd-kvmap"), "-il", run_in, "--kvmap-run"])
+    e = energies(p.stdout)
+    drift = e["final"][2] - e["initial"][2]
+    print("check: message-passing model (float32), 864 atoms, %d ranks, 1000 steps (dt 0.005): ETot per "
+          "atom %.9f -> %.9f, drift %.3e per atom" % (args.np, e["initial"][2], e["final"][2], drift))
+    print(re.search(r"kvmap-timings: .*", p.stdout).group(0))
+    if abs(drift) > 1e-3:
+        sys.exit("check: FAILED: the message-passing model does not conserve its energy")
+
+
 def check_errors(args, work):
     lj = os.path.join(args.models, "lj.pt")
     cases = [
@@ -151,12 +224,18 @@ def check_errors(args, work):
         ("more neighbours than a cap", "kvmap %s 2.5 max_neighbors 10" % lj, "on",
          "more than max_neighbors 10"),
         ("newton off", "kvmap %s 2.5" % lj, "off", "needs `newton on`"),
+        ("a message-passing model in chunks", "kvmap %s 2.5 chunk 64" % os.path.join(args.models, "mp.pt"),
+         "on", "apply to per-atom models only"),
+        ("a model calling the ghost exchange without a plan",
+         "kvmap %s 2.5" % os.path.join(args.models, "mp-noplan.pt"), "on",
+         "no GhostExchange plan has handle 987654321"),
     ]
     for what, pair, newton, text in cases:
         path = input_file(os.path.join(work, "error.in"), 4, pair, 10, newton=newton)
         p = run(args, [exe(args, "ExaMiniMD"), "-il", path], expect_ok=False)
-        ranks = sorted(int(r) for r in re.findall(r"pair_style kvmap \(rank (\d+)\): .*" + re.escape(text),
-                                                   p.stderr))
+        # Each rank's message, to the next rank's (a TorchScript error spans several lines).
+        ranks = sorted(int(r) for r in re.findall(r"pair_style kvmap \(rank (\d+)\): (?:(?!pair_style kvmap \(rank).)*?"
+                                                   + re.escape(text), p.stderr, re.DOTALL))
         print("check: %s: exit %d, message on ranks %s" % (what, p.returncode, ranks))
         if p.returncode == 0 or ranks != list(range(args.np)):
             sys.exit("check: FAILED: %s: expected a failure with %r on every rank\n%s" % (what, text, p.stderr[-3000:]))
@@ -196,13 +275,14 @@ def make_models(args):
         path = input_file(os.path.join(work, "train.in"), 8, "kvmap %s 2.5" % lj, 400, thermo=100)
         run(args, [exe(args, "examinimd-kvmap"), "-il", path, "--kvmap-dump", data, "40"])
     subprocess.run(models + ["train", data, os.path.join(args.dir, "nn")], check=True)
+    subprocess.run(models + ["mp", os.path.join(args.dir, "mp")], check=True)
     with open(stamp, "w") as f:
         f.write(key)
 
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("what", choices=["models", "lj", "nn", "errors"])
+    parser.add_argument("what", choices=["models", "lj", "nn", "mp", "mp_md", "errors"])
     parser.add_argument("dir", nargs="?")
     parser.add_argument("--np", type=int, default=2)
     parser.add_argument("--exe-dir", required=True)
@@ -214,7 +294,8 @@ def main():
         make_models(args)
     else:
         with tempfile.TemporaryDirectory() as work:
-            {"lj": check_lj, "nn": check_nn, "errors": check_errors}[args.what](args, work)
+            {"lj": check_lj, "nn": check_nn, "mp": check_mp, "mp_md": check_mp_md,
+             "errors": check_errors}[args.what](args, work)
     print("check: OK")
 
 

@@ -10,6 +10,16 @@
 //                              after and, for pair_style kvmap, the time of each phase per step
 //   --kvmap-dump <prefix> <every>  the input's run in segments of <every> steps; after each, the
 //                              kvmap force's environments and results, per rank (training data)
+//   --kvmap-forces <file>      after the input's run, the input's forces (after the reverse
+//                              communication) of every atom and the total energy, written by
+//                              rank 0 to <file>: "sx sy sz fx fy fz" lines at full precision,
+//                              sorted by the atom's starting site (its position after the
+//                              input's setup, in thousandths: ExaMiniMD's atom ids depend on the
+//                              decomposition, the sites do not)
+//   --kvmap-jiggle <a>         before any of the above, every atom moved by a pseudo-random
+//                              displacement of up to a per axis that depends on its starting site
+//                              only (the same configuration at every rank count; a below half
+//                              the skin over sqrt(3) keeps the neighbour lists valid)
 //   --kvmap-tolerance <r>      compare and fd pass when max|dF| <= r max|F| (and compare when
 //                              |dE| <= max(r, atoms x width x 2^-53) |E|)
 // Every other argument goes to ExaMiniMD. Exit status 0 when the check passes.
@@ -20,11 +30,14 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -36,6 +49,8 @@ struct Options {
   int atoms = 4;
   std::string prefix;
   int every = 0;
+  double jiggle = 0;
+  std::string forces_file;
   double tolerance = 1e-12;
   std::vector<char*> examinimd_argv;
 };
@@ -58,6 +73,11 @@ Options parse(int argc, char** argv) {
       o.mode = "dump";
       o.prefix = argv[++i];
       o.every = std::atoi(argv[++i]);
+    } else if (a == "--kvmap-forces" && i + 1 < argc) {
+      o.mode = "forces";
+      o.forces_file = argv[++i];
+    } else if (a == "--kvmap-jiggle" && i + 1 < argc) {
+      o.jiggle = std::atof(argv[++i]);
     } else if (a == "--kvmap-tolerance" && i + 1 < argc) {
       o.tolerance = std::atof(argv[++i]);
     } else {
@@ -191,6 +211,86 @@ int finite_differences(ExaMiniMD& md, const Options& o) {
   return ok ? 0 : 1;
 }
 
+// Each local atom's starting site: its position in thousandths (the atoms stay on their rank
+// and at their index until the run's first exchange).
+using Site = std::array<long, 3>;
+std::vector<Site> starting_sites(const System& s) {
+  auto x = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), s.x);
+  std::vector<Site> sites(s.N_local);
+  for (T_INT i = 0; i < s.N_local; ++i)
+    for (int d = 0; d < 3; ++d) sites[i][d] = std::lround(x(i, d) * 1000);
+  return sites;
+}
+
+// A number in [-1, 1) from a site and an axis only.
+double unit_noise(const Site& site, int axis) {
+  std::uint64_t z = static_cast<std::uint64_t>(axis);
+  for (long c : site) {
+    z = z * 0x100000001b3ULL + static_cast<std::uint64_t>(c) + 0x9e3779b97f4a7c15ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+  }
+  return static_cast<double>(z >> 11) * std::ldexp(1.0, -52) - 1.0;
+}
+
+// Moves every atom by up to a per axis (a function of its starting site), then refreshes the
+// ghosts' positions (collective). The neighbour lists stay valid while every move is under
+// half the skin.
+void jiggle(ExaMiniMD& md, const std::vector<Site>& sites, double a) {
+  System& s = *md.system;
+  auto x = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), s.x);
+  for (T_INT i = 0; i < s.N_local; ++i)
+    for (int d = 0; d < 3; ++d) x(i, d) += a * unit_noise(sites[i], d);
+  Kokkos::deep_copy(s.x, x);
+  md.comm->update_halo();
+}
+
+// The input's force on the current configuration, every atom's by starting site, and the
+// total energy: gathered to rank 0 and written sorted by site (no exchange may have run).
+int write_forces(ExaMiniMD& md, const std::vector<Site>& sites, const Options& o) {
+  System& s = *md.system;
+  Kokkos::deep_copy(s.f, 0.0);
+  md.force->compute(&s, md.binning, md.neighbor);
+  if (md.input->comm_newton) md.comm->update_force();
+  const auto forces = local_forces(s);
+  const double energy = total_energy(md, md.force);
+  std::vector<double> mine;
+  for (T_INT i = 0; i < s.N_local; ++i) {
+    for (int d = 0; d < 3; ++d) mine.push_back(static_cast<double>(sites[i][d]));
+    for (int d = 0; d < 3; ++d) mine.push_back(forces(i, d));
+  }
+  int size = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  const int count = static_cast<int>(mine.size());
+  std::vector<int> counts(size), offsets(size);
+  MPI_Gather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
+  int total = 0;
+  for (int r = 0; r < size; ++r) offsets[r] = std::exchange(total, total + counts[r]);
+  std::vector<double> all(rank() == 0 ? total : 0);
+  MPI_Gatherv(mine.data(), count, MPI_DOUBLE, all.data(), counts.data(), offsets.data(), MPI_DOUBLE,
+              0, MPI_COMM_WORLD);
+  if (rank() != 0) return 0;
+  std::vector<std::array<double, 6>> rows(all.size() / 6);
+  for (std::size_t k = 0; k < rows.size(); ++k)
+    for (int c = 0; c < 6; ++c) rows[k][c] = all[6 * k + c];
+  std::sort(rows.begin(), rows.end());
+  std::FILE* out = std::fopen(o.forces_file.c_str(), "w");
+  if (out == nullptr) {
+    std::fprintf(stderr, "examinimd-kvmap: cannot write %s\n", o.forces_file.c_str());
+    return 2;
+  }
+  std::fprintf(out, "# %s: %d atoms on %d ranks, total energy %.17g\n", md.force->name(), s.N, size,
+               energy);
+  for (const auto& r : rows)
+    std::fprintf(out, "%ld %ld %ld %.17g %.17g %.17g\n", static_cast<long>(r[0]),
+                 static_cast<long>(r[1]), static_cast<long>(r[2]), r[3], r[4], r[5]);
+  std::fclose(out);
+  std::printf("kvmap-forces: %s: %zu atoms, total energy %.17g, written to %s\n", md.force->name(),
+              rows.size(), energy, o.forces_file.c_str());
+  return 0;
+}
+
 void print_energies(ExaMiniMD& md, const char* when) {
   PotE pote(md.comm);
   KinE kine(md.comm);
@@ -226,7 +326,16 @@ int main(int argc, char* argv[]) {
   {
     ExaMiniMD md;
     md.init(n, args);
-    if (o.mode == "compare") {
+    const std::vector<Site> sites = starting_sites(*md.system);
+    if (o.jiggle > 0) jiggle(md, sites, o.jiggle);
+    if (o.mode == "forces") {
+      if (md.input->nsteps != 0) {
+        if (rank() == 0) std::fprintf(stderr, "examinimd-kvmap: --kvmap-forces needs `run 0`\n");
+        status = 2;
+      } else {
+        status = write_forces(md, sites, o);
+      }
+    } else if (o.mode == "compare") {
       md.run(md.input->nsteps);  // a disordered configuration: a lattice's forces cancel
       status = compare(md, o);
     } else if (o.mode == "fd") {

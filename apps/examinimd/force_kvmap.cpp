@@ -12,12 +12,14 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
 #include <string>
 #include <thread>
 #include <tuple>
+#include <vector>
 
 namespace {
 
@@ -25,6 +27,7 @@ using MemSpace = Kokkos::DefaultExecutionSpace::memory_space;
 using Exec = Kokkos::DefaultExecutionSpace;
 using Env = Kokkos::View<double***, Kokkos::LayoutRight, MemSpace>;
 using Mask = Kokkos::View<bool**, Kokkos::LayoutRight, MemSpace>;
+using Neighbors = Kokkos::View<std::int64_t**, Kokkos::LayoutRight, MemSpace>;
 using Gradients = Kokkos::View<const double***, Kokkos::LayoutRight, MemSpace,
                                Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
 using View = kvmap::DistView<MemSpace>;
@@ -98,6 +101,9 @@ struct ForceKvmap::State {
   int concurrency = 1;
   int max_neighbors = 0;  // 0: no cap
   bool direct = false;
+  // A message-passing model (its `message_passing` attribute): it also takes each neighbour's
+  // row among the rank's atoms and ghosts, the ghost count and the ghost exchange's handle.
+  bool message_passing = false;
   torch::jit::Module model;
   at::ScalarType dtype = at::kDouble;
   kvmap::Comm comm = kvmap::Comm::world();
@@ -107,7 +113,13 @@ struct ForceKvmap::State {
   T_INT atoms = -1;
   Env env;
   Mask mask;
+  Neighbors neighbors;  // the row of each neighbour among atoms then ghosts (message passing)
   std::optional<View> env_view, mask_view;
+  // The ghost exchange over ExaMiniMD's ghosts (message passing), remade when any rank's ids
+  // of atoms and ghosts change (a neighbour-list rebuild): their count and fingerprint.
+  std::optional<kvmap::GhostExchange> ghost_exchange;
+  T_INT ghosts = -1;
+  std::uint64_t ids_fingerprint = 0;
   // What the last call returned (kept alive until the scatter has read it).
   at::Tensor energies, gradients;
   std::atomic<double> model_seconds{0}, gradient_seconds{0};
@@ -130,12 +142,38 @@ void with_neighbor_list(Neighbor* neighbor, Body&& body) {
   }
 }
 
-// The width every rank pads to (the largest neighbour count of any atom on any rank) and
-// whether any rank's atom count changed: one MPI_Allreduce per step. On a change, the
-// environment arrays are reallocated and adopted by new DistViews (from_local gathers the
-// ranks' counts: the data that changed).
+// A fingerprint of the ids of a rank's atoms then ghosts, in their order.
+std::uint64_t fingerprint(const t_id& id, T_INT n) {
+  std::uint64_t sum = 0;
+  Kokkos::parallel_reduce(
+      "kvmap::examinimd::ids", Kokkos::RangePolicy<Exec>(0, n),
+      KOKKOS_LAMBDA(const T_INT k, std::uint64_t& total) {
+        std::uint64_t z = (static_cast<std::uint64_t>(k) << 32) ^
+                          static_cast<std::uint64_t>(static_cast<std::uint32_t>(id(k)));
+        z += 0x9e3779b97f4a7c15ULL;  // splitmix64's finalizer
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+        total += z ^ (z >> 31);
+      },
+      sum);
+  return sum ^ static_cast<std::uint64_t>(n);
+}
+
+// The width every rank pads to (the largest neighbour count of any atom on any rank), whether
+// any rank's atom count changed and (message passing) whether any rank's atoms or ghosts
+// changed: one MPI_Allreduce per step. On a change, the environment arrays are reallocated and
+// adopted by new DistViews (from_local gathers the ranks' counts: the data that changed).
+// Returns whether the ghost exchange must be remade.
 template <class List>
-void agree_width(ForceKvmap::State& s, const List& list, T_INT atoms) {
+bool agree_width(ForceKvmap::State& s, const List& list, const System& system) {
+  const T_INT atoms = system.N_local;
+  bool ghosts_changed = false;
+  if (s.message_passing) {
+    const std::uint64_t ids = fingerprint(system.id, system.N_local + system.N_ghost);
+    ghosts_changed = !s.ghost_exchange || system.N_ghost != s.ghosts || ids != s.ids_fingerprint;
+    s.ghosts = system.N_ghost;
+    s.ids_fingerprint = ids;
+  }
   int local_max = 0;
   Kokkos::parallel_reduce(
       "kvmap::examinimd::width", Kokkos::RangePolicy<Exec>(0, atoms),
@@ -144,8 +182,9 @@ void agree_width(ForceKvmap::State& s, const List& list, T_INT atoms) {
         if (count > m) m = count;
       },
       Kokkos::Max<int>(local_max));
-  int mine[2] = {local_max, atoms != s.atoms ? 1 : 0}, all[2] = {0, 0};
-  MPI_Allreduce(mine, all, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  int mine[3] = {local_max, atoms != s.atoms ? 1 : 0, ghosts_changed ? 1 : 0};
+  int all[3] = {0, 0, 0};
+  MPI_Allreduce(mine, all, 3, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   if (s.max_neighbors > 0 && all[0] > s.max_neighbors) {
     int where[2] = {local_max, world_rank()}, worst[2] = {0, 0};
     MPI_Allreduce(where, worst, 1, MPI_2INT, MPI_MAXLOC, MPI_COMM_WORLD);
@@ -155,16 +194,38 @@ void agree_width(ForceKvmap::State& s, const List& list, T_INT atoms) {
          " (raise the cap, or leave it out: the width is then "
          "the largest count on any rank)");
   }
-  if (all[0] == s.width && all[1] == 0) return;
+  if (all[0] == s.width && all[1] == 0) return all[2] != 0;
   s.width = all[0];
   s.atoms = atoms;
   s.env = Env(Kokkos::view_alloc("kvmap::examinimd::environments", Kokkos::WithoutInitializing),
               atoms, s.width, 3);
   s.mask = Mask(Kokkos::view_alloc("kvmap::examinimd::mask", Kokkos::WithoutInitializing), atoms,
                 s.width);
+  if (s.message_passing) {
+    s.neighbors =
+        Neighbors(Kokkos::view_alloc("kvmap::examinimd::neighbors", Kokkos::WithoutInitializing),
+                  atoms, s.width);
+  }
   s.env_view = View::from_local(s.env, 0, s.comm);
   s.mask_view = View::from_local(s.mask, 0, s.comm);
   s.model.to(s.env_view->local().device());
+  return all[2] != 0;
+}
+
+// The ghost exchange over this rank's ghosts: ExaMiniMD keeps atoms then ghosts in one
+// array, each ghost carrying its owner's id (periodic images on the owner's rank included).
+// Collective; a failure (an id nobody owns) is raised on every rank.
+void remake_ghost_exchange(ForceKvmap::State& s, const System& system) {
+  auto ids = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), system.id);
+  std::vector<std::int64_t> owned(ids.data(), ids.data() + system.N_local);
+  std::vector<std::int64_t> ghosts(ids.data() + system.N_local,
+                                   ids.data() + system.N_local + system.N_ghost);
+  s.ghost_exchange.reset();
+  try {
+    s.ghost_exchange.emplace(owned, ghosts, s.comm);
+  } catch (const std::exception& e) {
+    fail(std::string("the ghost exchange over ExaMiniMD's ghosts: ") + e.what());
+  }
 }
 
 // Displacements x_j - x_i to every neighbour j of each local atom i, padded to the width with
@@ -173,6 +234,8 @@ template <class List>
 void build_environments(ForceKvmap::State& s, const List& list, const t_x& x) {
   const Env env = s.env;
   const Mask mask = s.mask;
+  const Neighbors rows = s.neighbors;
+  const bool message_passing = s.message_passing;
   const int width = s.width;
   const double far = 2 * s.cutoff + 1;
   Kokkos::parallel_for(
@@ -187,15 +250,46 @@ void build_environments(ForceKvmap::State& s, const List& list, const t_x& x) {
           env(i, k, 1) = real ? x(j, 1) - x(i, 1) : 0.0;
           env(i, k, 2) = real ? x(j, 2) - x(i, 2) : 0.0;
           mask(i, k) = real;
+          if (message_passing) rows(i, k) = j;
         }
       });
   Exec().fence();
 }
 
+// A message-passing model on all of this rank's atoms at once: its layers exchange ghost
+// features (collective between layers, and again in reverse in the gradient), so every rank
+// calls it exactly once per step. A failure before the gradient is agreed first, so no rank
+// is left in the reverse exchange.
+std::tuple<at::Tensor, at::Tensor> run_message_passing(ForceKvmap::State& s, bool gradients) {
+  const auto t0 = Clock::now();
+  at::AutoGradMode grad_mode(gradients);
+  at::Tensor x = kvmap::to_tensor(s.env).to(s.dtype).detach().requires_grad_(gradients);
+  at::Tensor e;
+  std::string error;
+  try {
+    e = s.model
+            .forward({x, kvmap::to_tensor(s.mask), kvmap::to_tensor(s.neighbors),
+                      static_cast<std::int64_t>(s.ghosts), s.ghost_exchange->handle()})
+            .toTensor();
+    check_per_atom(e, x.size(0));
+  } catch (const std::exception& ex) {
+    error = ex.what();
+  }
+  agree(error);
+  if (gradients) add(s.model_seconds, seconds_since(t0));
+  if (!gradients) return {e.detach().to(at::kDouble), at::Tensor()};
+  const auto t1 = Clock::now();
+  at::Tensor g = torch::autograd::grad({e.sum()}, {x})[0];
+  add(s.gradient_seconds, seconds_since(t1));
+  return {e.detach().to(at::kDouble), g.to(at::kDouble)};
+}
+
 // Runs the model on the environments: kvmap::map_batches over the DistViews, or (mode
-// direct) the module called on one tensor over the whole array, chunked the same way.
+// direct) the module called on one tensor over the whole array, chunked the same way; a
+// message-passing model on all atoms at once (run_message_passing).
 // Returns per-atom energies [atoms] and, with `gradients`, dE/dd [atoms, width, 3].
 std::tuple<at::Tensor, at::Tensor> run_model(ForceKvmap::State& s, bool gradients) {
+  if (s.message_passing) return run_message_passing(s, gradients);
   auto call = [&s, gradients](const at::Tensor& d, const at::Tensor& mask) {
     const auto t0 = Clock::now();
     at::AutoGradMode grad_mode(gradients);
@@ -297,6 +391,14 @@ ForceKvmap::ForceKvmap(char** args, System* system, bool half_neigh)
       s.model = torch::jit::load(s.model_path);  // moved to the environments' device below
       s.model.eval();
       s.dtype = model_dtype(s.model);
+      s.message_passing =
+          s.model.hasattr("message_passing") && s.model.attr("message_passing").toBool();
+      if (s.message_passing && (s.chunk || s.concurrency != 1 || s.direct)) {
+        error =
+            "a message-passing model runs on all of a rank's atoms at once (its layers exchange "
+            "ghost features, a collective step between layers): `chunk`, `concurrency` and "
+            "`mode direct` apply to per-atom models only";
+      }
       if (s.model.hasattr("cutoff")) {
         const c10::IValue c = s.model.attr("cutoff");
         const double model_cutoff = c.isTensor() ? c.toTensor().item<double>() : c.toDouble();
@@ -328,8 +430,14 @@ void ForceKvmap::compute(System* system, Binning*, Neighbor* neighbor) {
   }
   with_neighbor_list(neighbor, [&](const auto& list) {
     auto t = Clock::now();
-    agree_width(s, list, system->N_local);
+    const bool remake = agree_width(s, list, *system);
     s.timings.agreement += seconds_since(t);
+    if (remake) {
+      t = Clock::now();
+      remake_ghost_exchange(s, *system);
+      s.timings.ghost_plan += seconds_since(t);
+      ++s.timings.ghost_plans;
+    }
     t = Clock::now();
     build_environments(s, list, system->x);
     s.timings.environments += seconds_since(t);
@@ -354,7 +462,7 @@ T_F_FLOAT ForceKvmap::compute_energy(System* system, Binning*, Neighbor* neighbo
   State& s = *state_;
   double energy = 0;
   with_neighbor_list(neighbor, [&](const auto& list) {
-    agree_width(s, list, system->N_local);
+    if (agree_width(s, list, *system)) remake_ghost_exchange(s, *system);
     build_environments(s, list, system->x);
     try {
       energy = std::get<0>(run_model(s, false)).sum().item<double>();
@@ -366,6 +474,7 @@ T_F_FLOAT ForceKvmap::compute_energy(System* system, Binning*, Neighbor* neighbo
 }
 
 const char* ForceKvmap::name() {
+  if (state_->message_passing) return "ForceKvmap (message passing, kvmap::GhostExchange)";
   return state_->direct ? "ForceKvmap (direct model call)" : "ForceKvmap (kvmap::map_batches)";
 }
 

@@ -15,6 +15,11 @@
 //
 // The model: forward(d: [atoms, width, 3], mask: [atoms, width] bool) -> [atoms] energies,
 // in its own dtype (float32 or float64; the float64 displacements are cast per chunk).
+// A message-passing model (a `message_passing` attribute that is true) takes as well
+// (neighbors: [atoms, width] int64, each neighbour's row among the rank's atoms then its
+// ghosts; ghosts: int, the ghost count; plan: int, a kvmap::GhostExchange handle over those
+// rows, rebuilt at ExaMiniMD's neighbour-list rebuilds) and calls
+// torch.ops.kvmap.ghost_exchange between its layers; it runs on all of a rank's atoms at once.
 // This header follows ExaMiniMD's module pattern (modules_force.h includes it).
 #ifdef FORCE_MODULES_INSTANTIATION
 else if (input->force_type == FORCE_KVMAP) {
@@ -48,6 +53,8 @@ class ForceKvmap : public Force {
     double gradients = 0;     // autograd of the energies with respect to the displacements
     double mapping = 0;       // the whole kvmap::map_batches (or direct) call
     double scatter = 0;       // forces to atoms and ghosts (Kokkos kernel with atomics)
+    double ghost_plan = 0;    // building the ghost exchange's plans (message passing)
+    long ghost_plans = 0;     // plans built (at neighbour-list rebuilds)
     long calls = 0;           // compute() calls
   };
   const Timings& timings() const;

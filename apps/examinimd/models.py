@@ -5,6 +5,14 @@
         full neighbour list, phi = 4 eps ((sigma/r)^12 - (sigma/r)^6), for r < cutoff (shifted
         to zero at the cutoff, as ExaMiniMD's lj/cut energy), in float64. Reproduces lj/cut up
         to rounding.
+    python3 models.py mp <out prefix> [--cutoff C] [--seed S]
+        A message-passing potential across ranks: Lennard-Jones plus two message-passing
+        layers with fixed random weights (a radial descriptor of each atom's own environment,
+        then messages from its neighbours' features of that layer, whose ghost rows come
+        through torch.ops.kvmap.ghost_exchange). Writes <out prefix>.pt (float32) and
+        <out prefix>64.pt (float64), and <out prefix>-noplan.pt, a per-atom model that calls
+        the operator with a handle of no plan (for the error tests). Needs kvmap's Python
+        package (its import registers the operator).
     python3 models.py bad <out.pt>
         A model whose output is per neighbour pair, not per atom (for the error tests).
     python3 models.py train <data prefix> <out prefix> [--cutoff C] [--steps N] [--seed S]
@@ -17,7 +25,10 @@
         package of a forward returning energies and forces.
 
 Every model maps (d: [atoms, width, 3] displacements to the neighbours, mask: [atoms, width]
-bool) to [atoms] energies; padded neighbours have mask False.
+bool) to [atoms] energies; padded neighbours have mask False. A message-passing model (one
+with a `message_passing` attribute) also takes (neighbors: [atoms, width] int64, each
+neighbour's row among the rank's atoms then its ghosts; ghosts: int, the ghost rows; plan: int,
+the handle of the kvmap.GhostExchange over those rows).
 """
 import argparse
 import glob
@@ -77,6 +88,58 @@ class RadialPotential(torch.nn.Module):
         return self.mlp(self.descriptor(d, mask)).squeeze(-1) * self.scale + self.shift
 
 
+class MessagePassing(torch.nn.Module):
+    """E_i = LJ_i + scale * out([h_i, m_i]): h_i = tanh(W1 G_i) from atom i's own radial
+    descriptor G_i (layer 1), m_i = sum_j (W2 b_ij) * h_j over its neighbours j (layer 2: the
+    features of layer 1 of atoms that may live on other ranks, brought by the ghost exchange;
+    b_ij the radial basis of r_ij, zero at and beyond the cutoff and for padding, so messages
+    fade smoothly). The Lennard-Jones part keeps atoms apart in molecular dynamics; the
+    message-passing part, fixed random weights scaled to about a tenth of the Lennard-Jones
+    energy per atom, is what needs the neighbours' features."""
+
+    message_passing: bool
+
+    def __init__(self, cutoff=2.5, basis=8, features=16, hidden=32):
+        super().__init__()
+        self.message_passing = True
+        self.lj = LennardJones(cutoff=cutoff)
+        self.register_buffer("cutoff", torch.tensor(cutoff, dtype=torch.float64))
+        self.register_buffer("centers", torch.linspace(0.8, cutoff, basis))
+        self.register_buffer("eta", torch.tensor((basis / (cutoff - 0.8)) ** 2))
+        self.register_buffer("scale", torch.tensor(0.5))
+        self.embed = torch.nn.Linear(basis, features)
+        self.filter = torch.nn.Linear(basis, features, bias=False)
+        self.out = torch.nn.Sequential(torch.nn.Linear(2 * features, hidden), torch.nn.Tanh(),
+                                       torch.nn.Linear(hidden, 1))
+
+    def basis(self, d, mask):
+        rsq = (d * d).sum(-1)
+        cutsq = self.cutoff * self.cutoff
+        inside = mask & (rsq < cutsq)
+        r = torch.sqrt(torch.where(inside, rsq, cutsq.to(rsq.dtype)))
+        fc = torch.where(inside, 0.5 * (torch.cos(math.pi * r / self.cutoff.to(r.dtype)) + 1.0),
+                         torch.zeros_like(r))
+        return torch.exp(-self.eta * (r.unsqueeze(-1) - self.centers) ** 2) * fc.unsqueeze(-1)
+
+    def forward(self, d, mask, neighbors, ghosts: int, plan: int):
+        b = self.basis(d, mask)                                  # [atoms, width, basis]
+        h = torch.tanh(self.embed(b.sum(1)))                     # layer 1: [atoms, features]
+        rows = torch.cat([h, h.new_zeros([ghosts, h.shape[1]])])  # the ghost rows to fill
+        rows = torch.ops.kvmap.ghost_exchange(rows, plan)        # ... from their owners
+        m = (self.filter(b) * rows[neighbors]).sum(1)            # layer 2: messages
+        e = self.out(torch.cat([h, m], -1)).squeeze(-1)
+        return self.lj(d, mask).to(e.dtype) + self.scale * e
+
+
+class NoPlan(torch.nn.Module):
+    """A per-atom model that calls the ghost exchange with a handle of no plan (for the error
+    tests): pair_style kvmap gives a plan only to message-passing models."""
+
+    def forward(self, d, mask):
+        rows = torch.ops.kvmap.ghost_exchange((d * d).sum(-1), 987654321)
+        return rows.sum(-1)
+
+
 class PairEnergies(torch.nn.Module):
     """A model with the wrong output for pair_style kvmap: one value per neighbour pair."""
 
@@ -109,6 +172,22 @@ def write_lj(args):
 def write_bad(args):
     torch.jit.script(PairEnergies()).save(args.out)
     print("models: wrote %s (per-pair output, [atoms, width]: not a per-atom model)" % args.out)
+
+
+def write_mp(args):
+    import kvmap  # noqa: F401  (registers torch.ops.kvmap.ghost_exchange for scripting)
+
+    torch.manual_seed(args.seed)
+    model = MessagePassing(args.cutoff).eval()
+    torch.jit.script(model).save(args.out + ".pt")
+    double = MessagePassing(args.cutoff).double()
+    double.load_state_dict({k: v.double() for k, v in model.state_dict().items()})
+    torch.jit.script(double.eval()).save(args.out + "64.pt")
+    torch.jit.script(NoPlan()).save(args.out + "-noplan.pt")
+    parameters = sum(p.numel() for p in model.parameters())
+    print("models: wrote %s.pt (float32) and %s64.pt (float64): Lennard-Jones plus two "
+          "message-passing layers, %d fixed random parameters (seed %d)"
+          % (args.out, args.out, parameters, args.seed))
 
 
 def load_dumps(prefix):
@@ -218,10 +297,16 @@ def main():
     nn.add_argument("--steps", type=int, default=1500)
     nn.add_argument("--batch", type=int, default=256)
     nn.add_argument("--seed", type=int, default=0)
+    mp = sub.add_parser("mp")
+    mp.add_argument("out")
+    mp.add_argument("--cutoff", type=float, default=2.5)
+    mp.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     torch.set_num_threads(min(2, os.cpu_count() or 1))
     if args.what == "lj":
         write_lj(args)
+    elif args.what == "mp":
+        write_mp(args)
     elif args.what == "bad":
         write_bad(args)
     else:
