@@ -108,11 +108,21 @@ def test_gradcheck_of_the_global_function(reverse):
 
     X = torch.randn(sum(counts), 1, dtype=torch.float64, generator=torch.Generator().manual_seed(5),
                     requires_grad=True)
-    # The op is linear: central differences are exact but for rounding, far below atol.
-    assert torch.autograd.gradcheck(f, (X,), eps=1e-3, atol=1e-9, rtol=0)
+    # The op is linear with integer Jacobian entries: central differences are exact but for
+    # rounding. An output is a sum of at most k terms (k: an id's rows on all ranks, owner
+    # included), each f(X +- eps) is off by k unit roundoffs u of k max|X|, and X +- eps itself
+    # by u max|X|: over 2 eps, atol = (k + 2) u (k max|X| + eps) / eps. The second derivatives
+    # (gradgradcheck's differences of the first, also linear with integer entries) alike, with
+    # its random output gradients in place of X: randn's few dozen values stay under 5 (each
+    # exceeds it with probability 6e-7).
+    eps, u = 1e-3, 2.0 ** -53
+    every = [i for r in range(P) for i in ghosts[r] + owned[r]]
+    k = max(every.count(i) for i in set(every))
+    atol = (k + 2) * u * (k * max(float(X.abs().max()), 5.0) + eps) / eps
+    assert torch.autograd.gradcheck(f, (X,), eps=eps, atol=atol, rtol=0)
     if not reverse:  # the second derivatives are exchanges too: once is enough (O(n^2) calls)
         torch.manual_seed(0)  # gradgradcheck's random output gradients: the same on every rank
-        assert torch.autograd.gradgradcheck(f, (X,), eps=1e-3, atol=1e-9, rtol=0)
+        assert torch.autograd.gradgradcheck(f, (X,), eps=eps, atol=atol, rtol=0)
 
 
 class MessagePassing(torch.nn.Module):
