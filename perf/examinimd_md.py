@@ -3,12 +3,15 @@
   (ii)  pair_style kvmap: a TorchScript model through kvmap::map_batches,
   (iii) the same module called directly on one tensor over the whole environment array (the
         force module's `mode direct`, as LAMMPS' pair_nequip does),
-for the Lennard-Jones model and the trained radial network, at several sizes and rank counts.
+for the Lennard-Jones model and the trained radial network, at several sizes and rank counts;
+and (iv) the message-passing model (models.py mp: two layers, the second taking its neighbours'
+features of the first through kvmap's ghost exchange, plus Lennard-Jones), which runs on all of
+a rank's atoms at once.
 Both model contenders share the environment and scatter kernels: (ii)/(iii) is kvmap's cost.
 Contenders run interleaved, `--reps` times each; the median steps/s is reported.
 
     perf/examinimd_md.py --build build/default --models <dir with lj.pt, nn.pt>
-        [--np 1,2] [--cells 10,20,40] [--reps 3] [--chunk-nn 65536] [--json out.json]
+        [--np 1,2] [--cells 10,20,40] [--reps 3] [--chunk-nn 65536] [--only REGEX] [--json out.json]
 
 Needs the ExaMiniMD build of scripts/build-examinimd.sh (<build>/examinimd/bin) and the models
 of apps/examinimd/check.py models (the ctest fixtures make both).
@@ -41,6 +44,7 @@ def contenders(models, cells, chunk_nn):
         ("LJ model, direct", "kvmap %s 2.5 mode direct" % lj),
         ("NN model, kvmap", "kvmap %s 2.5%s" % (nn, nn_chunk)),
         ("NN model, direct", "kvmap %s 2.5 mode direct%s" % (nn, nn_chunk)),
+        ("MP model, exchange", "kvmap %s 2.5" % os.path.join(models, "mp.pt")),
     ]
 
 
@@ -73,6 +77,7 @@ def main():
     ap.add_argument("--cells", default="10,20,40")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--chunk-nn", type=int, default=65536)
+    ap.add_argument("--only", help="the contenders whose names match this regular expression")
     ap.add_argument("--json")
     args = ap.parse_args()
     exe = os.path.join(args.build, "examinimd", "bin", "examinimd-kvmap")
@@ -82,7 +87,8 @@ def main():
         for np in [int(v) for v in args.np.split(",")]:
             for cells in [int(v) for v in args.cells.split(",")]:
                 steps = STEPS.get(cells, 10)
-                cases = contenders(args.models, cells, args.chunk_nn)
+                cases = [c for c in contenders(args.models, cells, args.chunk_nn)
+                         if not args.only or re.search(args.only, c[0])]
                 samples = {name: [] for name, _ in cases}
                 for rep in range(args.reps):
                     for name, pair in cases:
@@ -98,11 +104,12 @@ def main():
                     rec["us_per_atom_step"] = 1e6 / (median["steps_per_s"] * median["atoms"])
                     records.append(rec)
                 for model in ("LJ", "NN"):
-                    k = next(r for r in records if r["ranks"] == np and r["cells"] == cells
-                             and r["contender"] == model + " model, kvmap")
-                    d = next(r for r in records if r["ranks"] == np and r["cells"] == cells
-                             and r["contender"] == model + " model, direct")
-                    k["kvmap_over_direct"] = d["steps_per_s"] / k["steps_per_s"]
+                    k = [r for r in records if r["ranks"] == np and r["cells"] == cells
+                         and r["contender"] == model + " model, kvmap"]
+                    d = [r for r in records if r["ranks"] == np and r["cells"] == cells
+                         and r["contender"] == model + " model, direct"]
+                    if k and d:
+                        k[0]["kvmap_over_direct"] = d[0]["steps_per_s"] / k[0]["steps_per_s"]
     print()
     print("%-5s %-8s %-18s %10s %12s %9s | ms per step (rank 0): env  width  model  autograd  kvmap  scatter | comm"
           % ("ranks", "atoms", "contender", "steps/s", "us/atom-step", "ii/iii"))
