@@ -107,31 +107,45 @@ def check_lj(args, work):
         sys.exit("check: FAILED: total energies differ")
 
 
-def check_nn(args, work):
-    nn, nn64 = os.path.join(args.models, "nn.pt"), os.path.join(args.models, "nn64.pt")
-    # A trained model conserves its own energy: 1,000 steps, drift per atom reported.
-    run_in = input_file(os.path.join(work, "nn.in"), 6, "kvmap %s 2.5" % nn, 1000, thermo=100)
+def conserves_energy(args, work, model, what):
+    """1,000 steps of `model` (864 atoms, dt 0.005): the total energy's drift per atom is
+    reported and must stay under 1e-3 (a model whose forces were not its energy's gradient
+    would drift)."""
+    run_in = input_file(os.path.join(work, "md.in"), 6, "kvmap %s 2.5" % model, 1000, thermo=100)
     p = run(args, [exe(args, "examinimd-kvmap"), "-il", run_in, "--kvmap-run"])
     e = energies(p.stdout)
     drift = e["final"][2] - e["initial"][2]
     lines = thermo(p.stdout)
     spread = max(float(t[3]) for t in lines) - min(float(t[3]) for t in lines)
-    print("check: radial model, 864 atoms, 1000 steps (dt 0.005): ETot per atom %.9f -> %.9f, "
-          "drift %.3e per atom, largest excursion %.3e" % (e["initial"][2], e["final"][2], drift, spread))
+    print("check: %s, 864 atoms, %d ranks, 1000 steps (dt 0.005): ETot per atom %.9f -> %.9f, "
+          "drift %.3e per atom, largest excursion %.3e"
+          % (what, args.np, e["initial"][2], e["final"][2], drift, spread))
     print(re.search(r"kvmap-timings: .*", p.stdout).group(0))
     if abs(drift) > 1e-3:
-        sys.exit("check: FAILED: the model does not conserve its energy")
-    # Its forces are the gradient of its energy: central differences of the float64 copy. With
-    # h = 1e-5 their truncation error, h^2/6 times the third derivative, is about 3e-9 of max|F|
-    # for this model (at h = 1e-4 it was 2.7e-7, a hundred times more), and the rounding of the
-    # total energy (about 1e-13 over the energies one move changes) adds 1e-13 / (2h) = 5e-9.
-    fd_in = input_file(os.path.join(work, "nn64.in"), 6, "kvmap %s 2.5" % nn64, 50)
+        sys.exit("check: FAILED: the %s does not conserve its energy" % what)
+
+
+def matches_central_differences(args, work, model64):
+    """The forces of `model64` (float64) against central differences of its total energy,
+    after 50 steps of a melt, on 6 atoms x 3 axes. Returns the input file. With h = 1e-5 the
+    truncation error, h^2/6 times the third derivative, is about 3e-9 of max|F| for these models
+    (at h = 1e-4 it was 2.7e-7 for the trained one, a hundred times more), and the rounding of
+    the total energy (about 1e-13 over the energies one move changes) adds 1e-13 / (2h) = 5e-9."""
+    fd_in = input_file(os.path.join(work, "fd.in"), 6, "kvmap %s 2.5" % model64, 50)
     p = run(args, [exe(args, "examinimd-kvmap"), "-il", fd_in, "--kvmap-fd", "1e-5", "6",
                    "--kvmap-tolerance", "1e-7"])
     line = re.search(r"kvmap-fd: .*", p.stdout).group(0)
     print(line)
     if "PASS" not in line:
         sys.exit("check: FAILED: forces are not the gradient of the energy")
+    return fd_in
+
+
+def check_nn(args, work):
+    nn, nn64 = os.path.join(args.models, "nn.pt"), os.path.join(args.models, "nn64.pt")
+    # A trained model conserves its own energy, and its forces are its energy's gradient.
+    conserves_energy(args, work, nn, "radial model")
+    fd_in = matches_central_differences(args, work, nn64)
     # The float32 model against its float64 copy: within float32's rounding.
     p = run(args, [exe(args, "examinimd-kvmap"), "-il", fd_in, "--kvmap-compare", nn, "2.5",
                    "--kvmap-tolerance", repr(NN_FLOAT32_TOLERANCE)])
@@ -187,31 +201,13 @@ def check_mp(args, work):
     if diff > MP_FORCE_BOUND * scale or de > MP_ENERGY_BOUND:
         sys.exit("check: FAILED: the forces or the energy depend on the decomposition beyond rounding")
     # Its forces are the gradient of its energy (through both layers and the exchange, in both
-    # directions): central differences at N ranks, as for the trained model (the same h; the
-    # Lennard-Jones part's steeper third derivative at the closest pairs of a 50-step melt
-    # sets the truncation error here).
-    fd_in = input_file(os.path.join(work, "mp64-fd.in"), 6, "kvmap %s 2.5" % mp64, 50)
-    p = run(args, [exe(args, "examinimd-kvmap"), "-il", fd_in, "--kvmap-fd", "1e-5", "6",
-                   "--kvmap-tolerance", "1e-7"])
-    line = re.search(r"kvmap-fd: .*", p.stdout).group(0)
-    print(line)
-    if "PASS" not in line:
-        sys.exit("check: FAILED: the forces are not the gradient of the energy")
+    # directions): central differences at N ranks.
+    matches_central_differences(args, work, mp64)
 
 
 def check_mp_md(args, work):
-    mp = os.path.join(args.models, "mp.pt")
-    # 1,000 steps of the float32 model, the ghost plan remade at each neighbour-list rebuild:
-    # a model whose forces were not its energy's gradient would drift.
-    run_in = input_file(os.path.join(work, "mp.in"), 6, "kvmap %s 2.5" % mp, 1000, thermo=100)
-    p = run(args, [exe(args, "examinimd-kvmap"), "-il", run_in, "--kvmap-run"])
-    e = energies(p.stdout)
-    drift = e["final"][2] - e["initial"][2]
-    print("check: message-passing model (float32), 864 atoms, %d ranks, 1000 steps (dt 0.005): ETot per "
-          "atom %.9f -> %.9f, drift %.3e per atom" % (args.np, e["initial"][2], e["final"][2], drift))
-    print(re.search(r"kvmap-timings: .*", p.stdout).group(0))
-    if abs(drift) > 1e-3:
-        sys.exit("check: FAILED: the message-passing model does not conserve its energy")
+    # The float32 model, the ghost plan remade at each neighbour-list rebuild.
+    conserves_energy(args, work, os.path.join(args.models, "mp.pt"), "message-passing model (float32)")
 
 
 def check_errors(args, work):
