@@ -3,7 +3,7 @@ energy conservation and finite differences, and the errors every rank must repor
 
     check.py models <dir> --exe-dir D --launcher L --python P
         lj.pt, bad.pt, training data from an ExaMiniMD Lennard-Jones run, nn.pt / nn64.pt
-    check.py lj|nn|mp|mp_md|errors --np N --exe-dir D --launcher L --models <dir>
+    check.py lj|nn|mp|mp_ghosts|mp_md|errors --np N --exe-dir D --launcher L --models <dir>
 
 Each prints its figures and ends with "check: OK" (ctest's pass expression).
 """
@@ -189,20 +189,45 @@ def check_mp(args, work):
         print(re.search(r"kvmap-forces: .*", p.stdout).group(0))
     f1, e1 = read_forces(files[1])
     fn, en = read_forces(files[args.np])
-    if sorted(f1) != sorted(fn):
-        sys.exit("check: FAILED: the atoms at 1 rank and at %d differ" % args.np)
-    scale = max(abs(v) for f in f1.values() for v in f)
-    diff = max(abs(a - b) for i in f1 for a, b in zip(f1[i], fn[i]))
-    de = abs(en - e1) / abs(e1)
-    print("check: message-passing model (float64), %d atoms: %d ranks against 1: max|dF| / max|F| = "
-          "%.3e (max|F| %.4g; bound %.2e, ratio %.3f), |dE| / |E| = %.3e (bound %.2e)"
-          % (len(f1), args.np, diff / scale, scale, MP_FORCE_BOUND, diff / scale / MP_FORCE_BOUND, de,
-             MP_ENERGY_BOUND))
-    if diff > MP_FORCE_BOUND * scale or de > MP_ENERGY_BOUND:
-        sys.exit("check: FAILED: the forces or the energy depend on the decomposition beyond rounding")
+    compare_forces("%d ranks against 1" % args.np, f1, e1, fn, en)
     # Its forces are the gradient of its energy (through both layers and the exchange, in both
     # directions): central differences at N ranks.
     matches_central_differences(args, work, mp64)
+
+
+def compare_forces(what, f1, e1, fn, en):
+    """Two force files of one configuration, equal within the message-passing model's rounding
+    bounds (per component, of max|F|; the total energy, of |E|)."""
+    if sorted(f1) != sorted(fn):
+        sys.exit("check: FAILED: %s: the atoms differ" % what)
+    scale = max(abs(v) for f in f1.values() for v in f)
+    diff = max(abs(a - b) for i in f1 for a, b in zip(f1[i], fn[i]))
+    de = abs(en - e1) / abs(e1)
+    print("check: message-passing model (float64), %d atoms, %s: max|dF| / max|F| = %.3e (max|F| %.4g; "
+          "bound %.2e, ratio %.3f), |dE| / |E| = %.3e (bound %.2e)"
+          % (len(f1), what, diff / scale, scale, MP_FORCE_BOUND, diff / scale / MP_FORCE_BOUND, de,
+             MP_ENERGY_BOUND))
+    if diff > MP_FORCE_BOUND * scale or de > MP_ENERGY_BOUND:
+        sys.exit("check: FAILED: %s: the forces or the energy differ beyond rounding" % what)
+
+
+def check_mp_ghosts(args, work):
+    # The same model and configuration in ghosts mode (a ghost shell of 2 cutoffs + skin, layer 1
+    # recomputed on the ghosts, no exchange) and in exchange mode, at N ranks: 10^3 cells (4,000
+    # atoms), so that every rank's subdomain at 1-4 ranks is deeper than the 5.3-deep shell.
+    mp64 = os.path.join(args.models, "mp64.pt")
+    files = {}
+    for mode, option in (("exchange", ""), ("ghosts", " ghosts 2")):
+        cfg = input_file(os.path.join(work, "mp64-%s.in" % mode), 10, "kvmap %s 2.5%s" % (mp64, option), 0)
+        files[mode] = os.path.join(work, "forces-%s.txt" % mode)
+        p = run(args, [exe(args, "examinimd-kvmap"), "-il", cfg, "--kvmap-jiggle", "0.08",
+                       "--kvmap-forces", files[mode]])
+        print(re.search(r"kvmap-forces: .*", p.stdout).group(0))
+        if mode == "ghosts" and "ghosts mode" not in p.stdout:
+            sys.exit("check: FAILED: ExaMiniMD did not run pair_style kvmap in ghosts mode\n" + p.stdout[-3000:])
+    fe, ee = read_forces(files["exchange"])
+    fg, eg = read_forces(files["ghosts"])
+    compare_forces("ghosts mode against exchange mode at %d ranks" % args.np, fe, ee, fg, eg)
 
 
 def check_mp_md(args, work):
@@ -225,7 +250,15 @@ def check_errors(args, work):
         ("a model calling the ghost exchange without a plan",
          "kvmap %s 2.5" % os.path.join(args.models, "mp-noplan.pt"), "on",
          "no GhostExchange plan has handle 987654321"),
+        ("ghosts mode for a per-atom model", "kvmap %s 2.5 ghosts 2" % lj, "on",
+         "is for message-passing models"),
+        ("a ghost shell thinner than the model's layers",
+         "kvmap %s 2.5 ghosts 1" % os.path.join(args.models, "mp.pt"), "on", "ghost shell too thin"),
     ]
+    if args.np > 1:  # 4^3 cells, 6.7 wide: split, a subdomain is thinner than a 5.3-deep shell
+        cases.append(("a ghost shell deeper than a subdomain",
+                      "kvmap %s 2.5 ghosts 2" % os.path.join(args.models, "mp.pt"), "on",
+                      "is deeper than a rank's subdomain"))
     for what, pair, newton, text in cases:
         path = input_file(os.path.join(work, "error.in"), 4, pair, 10, newton=newton)
         p = run(args, [exe(args, "ExaMiniMD"), "-il", path], expect_ok=False)
@@ -278,7 +311,7 @@ def make_models(args):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("what", choices=["models", "lj", "nn", "mp", "mp_md", "errors"])
+    parser.add_argument("what", choices=["models", "lj", "nn", "mp", "mp_ghosts", "mp_md", "errors"])
     parser.add_argument("dir", nargs="?")
     parser.add_argument("--np", type=int, default=2)
     parser.add_argument("--exe-dir", required=True)
@@ -290,8 +323,8 @@ def main():
         make_models(args)
     else:
         with tempfile.TemporaryDirectory() as work:
-            {"lj": check_lj, "nn": check_nn, "mp": check_mp, "mp_md": check_mp_md,
-             "errors": check_errors}[args.what](args, work)
+            {"lj": check_lj, "nn": check_nn, "mp": check_mp, "mp_ghosts": check_mp_ghosts,
+             "mp_md": check_mp_md, "errors": check_errors}[args.what](args, work)
     print("check: OK")
 
 

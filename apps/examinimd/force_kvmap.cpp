@@ -1,5 +1,6 @@
 // ExaMiniMD's force type backed by kvmap (see force_kvmap.h).
 #include <force_kvmap.h>
+#include <shell_neighbors.h>
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/autograd.h>
@@ -10,6 +11,7 @@
 #include <Kokkos_ScatterView.hpp>
 #include <mpi.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -104,13 +106,20 @@ struct ForceKvmap::State {
   // A message-passing model (its `message_passing` attribute): it also takes each neighbour's
   // row among the rank's atoms and ghosts, the ghost count and the ghost exchange's handle.
   bool message_passing = false;
+  // Ghosts mode (`ghosts L`, message passing): no exchange; ExaMiniMD's ghost shell is L x
+  // cutoff (+ skin) deep and the model computes its layers on the ghosts as well, from
+  // neighbour lists over atoms and ghosts. 0: exchange mode.
+  int ghost_layers = 0;
+  ShellNeighbors shell;
   torch::jit::Module model;
   at::ScalarType dtype = at::kDouble;
   kvmap::Comm comm = kvmap::Comm::world();
   // The padded environments, in ExaMiniMD's memory space, and the DistViews over them
-  // (remade only when the width or a rank's atom count changes).
+  // (remade only when the width or a rank's atom count changes): one row per atom, then (ghosts
+  // mode) one per ghost.
   int width = -1;
-  T_INT atoms = -1;
+  T_INT atoms = -1;  // rows of the environments
+  T_INT owned = 0;   // the rank's atoms (energies)
   Env env;
   Mask mask;
   Neighbors neighbors;  // the row of each neighbour among atoms then ghosts (message passing)
@@ -142,6 +151,45 @@ void with_neighbor_list(Neighbor* neighbor, Body&& body) {
   }
 }
 
+// The ghost shell ghosts mode needs (layers x cutoff + skin) must fit in one neighbouring
+// rank's subdomain: ExaMiniMD's halo exchange takes ghosts from the adjacent ranks only.
+// Every rank has the same subdomain extents; the failure is agreed all the same.
+void check_shell(const ForceKvmap::State& s, const System& system, double neighbor_cutoff) {
+  const double shell = s.ghost_layers * s.cutoff + (neighbor_cutoff - s.cutoff);
+  const double narrowest =
+      std::min({system.sub_domain_x, system.sub_domain_y, system.sub_domain_z});
+  std::string error;
+  if (shell > narrowest) {
+    error = "ghosts " + std::to_string(s.ghost_layers) + ": the ghost shell (" +
+            std::to_string(s.ghost_layers) + " x cutoff + skin = " + std::to_string(shell) +
+            ") is deeper than a rank's subdomain (" + std::to_string(narrowest) +
+            "), and ExaMiniMD takes ghosts from adjacent ranks only: use fewer ranks, a larger "
+            "system, or the exchange mode";
+  }
+  agree(error);
+}
+
+// Calls body(list) with the neighbour lists of the environments' rows: ExaMiniMD's (its atoms)
+// or, in ghosts mode, lists over atoms and ghosts within ExaMiniMD's neighbour cutoff (the
+// force cutoff plus the skin), remade when an atom moved more than half the skin or the rows
+// changed.
+template <class Body>
+void with_rows(ForceKvmap::State& s, System* system, Neighbor* neighbor, double neighbor_cutoff,
+               Body&& body) {
+  with_neighbor_list(neighbor, [&](const auto& list) {
+    if (!s.ghost_layers) return body(list);
+    if (s.width < 0) check_shell(s, *system, neighbor_cutoff);
+    const T_INT rows = system->N_local + system->N_ghost;
+    if (s.shell.stale(system->x, rows, (neighbor_cutoff - s.cutoff) / 2)) {
+      const auto t = Clock::now();
+      s.shell.build(system->x, rows, neighbor_cutoff);
+      s.timings.shell_lists += seconds_since(t);
+      ++s.timings.shell_builds;
+    }
+    body(s.shell);
+  });
+}
+
 // A fingerprint of the ids of a rank's atoms then ghosts, in their order.
 std::uint64_t fingerprint(const t_id& id, T_INT n) {
   std::uint64_t sum = 0;
@@ -159,21 +207,22 @@ std::uint64_t fingerprint(const t_id& id, T_INT n) {
   return sum ^ static_cast<std::uint64_t>(n);
 }
 
-// The width every rank pads to (the largest neighbour count of any atom on any rank), whether
-// any rank's atom count changed and (message passing) whether any rank's atoms or ghosts
+// The width every rank pads to (the largest neighbour count of any row on any rank), whether
+// any rank's row count changed and (exchange mode) whether any rank's atoms or ghosts
 // changed: one MPI_Allreduce per step. On a change, the environment arrays are reallocated and
 // adopted by new DistViews (from_local gathers the ranks' counts: the data that changed).
 // Returns whether the ghost exchange must be remade.
 template <class List>
 bool agree_width(ForceKvmap::State& s, const List& list, const System& system) {
-  const T_INT atoms = system.N_local;
+  const T_INT atoms = s.ghost_layers ? system.N_local + system.N_ghost : system.N_local;
+  s.owned = system.N_local;
   bool ghosts_changed = false;
-  if (s.message_passing) {
+  if (s.message_passing && !s.ghost_layers) {
     const std::uint64_t ids = fingerprint(system.id, system.N_local + system.N_ghost);
     ghosts_changed = !s.ghost_exchange || system.N_ghost != s.ghosts || ids != s.ids_fingerprint;
-    s.ghosts = system.N_ghost;
     s.ids_fingerprint = ids;
   }
+  s.ghosts = system.N_ghost;
   int local_max = 0;
   Kokkos::parallel_reduce(
       "kvmap::examinimd::width", Kokkos::RangePolicy<Exec>(0, atoms),
@@ -259,7 +308,8 @@ void build_environments(ForceKvmap::State& s, const List& list, const t_x& x) {
 // A message-passing model on all of this rank's atoms at once: its layers exchange ghost
 // features (collective between layers, and again in reverse in the gradient), so every rank
 // calls it exactly once per step. A failure before the gradient is agreed first, so no rank
-// is left in the reverse exchange.
+// is left in the reverse exchange. In ghosts mode the rows are the atoms then the ghosts, the
+// plan is -1 (no exchange) and the model returns the atoms' energies only.
 std::tuple<at::Tensor, at::Tensor> run_message_passing(ForceKvmap::State& s, bool gradients) {
   const auto t0 = Clock::now();
   at::AutoGradMode grad_mode(gradients);
@@ -267,11 +317,12 @@ std::tuple<at::Tensor, at::Tensor> run_message_passing(ForceKvmap::State& s, boo
   at::Tensor e;
   std::string error;
   try {
+    const std::int64_t plan = s.ghost_layers ? -1 : s.ghost_exchange->handle();
     e = s.model
             .forward({x, kvmap::to_tensor(s.mask), kvmap::to_tensor(s.neighbors),
-                      static_cast<std::int64_t>(s.ghosts), s.ghost_exchange->handle()})
+                      static_cast<std::int64_t>(s.ghosts), plan})
             .toTensor();
-    check_per_atom(e, x.size(0));
+    check_per_atom(e, s.owned);
   } catch (const std::exception& ex) {
     error = ex.what();
   }
@@ -363,13 +414,14 @@ ForceKvmap::ForceKvmap(char** args, System* system, bool half_neigh)
     : Force(args, system, half_neigh), state_(std::make_unique<State>()) {
   State& s = *state_;
   // pair_style kvmap <model.pt> <cutoff> [chunk C] [concurrency K] [max_neighbors M] [mode m]
+  //                  [ghosts L]
   std::string error;
   s.model_path = args[2];
   s.cutoff = std::atof(args[3]);
   if (s.model_path.empty() || s.cutoff <= 0) {
     error =
         "usage: pair_style kvmap <model.pt> <cutoff> [chunk C] [concurrency K] "
-        "[max_neighbors M] [mode kvmap|direct]";
+        "[max_neighbors M] [mode kvmap|direct] [ghosts L]";
   }
   for (int w = 4; error.empty() && w + 1 < 32 && args[w][0] != '\0'; w += 2) {
     const std::string key = args[w], value = args[w + 1];
@@ -381,9 +433,11 @@ ForceKvmap::ForceKvmap(char** args, System* system, bool half_neigh)
       s.max_neighbors = std::atoi(value.c_str());
     } else if (key == "mode" && (value == "kvmap" || value == "direct")) {
       s.direct = value == "direct";
+    } else if (key == "ghosts" && std::atoi(value.c_str()) >= 1) {
+      s.ghost_layers = std::atoi(value.c_str());
     } else {
       error = "unknown option '" + key + " " + value +
-              "' (chunk C, concurrency K, max_neighbors M, mode kvmap|direct)";
+              "' (chunk C, concurrency K, max_neighbors M, mode kvmap|direct, ghosts L >= 1)";
     }
   }
   if (error.empty()) {
@@ -398,6 +452,18 @@ ForceKvmap::ForceKvmap(char** args, System* system, bool half_neigh)
             "a message-passing model runs on all of a rank's atoms at once (its layers exchange "
             "ghost features, a collective step between layers): `chunk`, `concurrency` and "
             "`mode direct` apply to per-atom models only";
+      }
+      if (s.ghost_layers && !s.message_passing) {
+        error = "`ghosts " + std::to_string(s.ghost_layers) +
+                "` is for message-passing models (a `message_passing` attribute that is true)";
+      }
+      // A model that says how many layers deep its receptive field is (`layers`) needs a ghost
+      // shell at least that many cutoffs deep.
+      if (s.ghost_layers && s.model.hasattr("layers") &&
+          s.model.attr("layers").toInt() > s.ghost_layers) {
+        error = "the model has " + std::to_string(s.model.attr("layers").toInt()) +
+                " message-passing layers: `ghosts " + std::to_string(s.ghost_layers) +
+                "` gives a ghost shell too thin for them (ghosts L needs L >= layers)";
       }
       if (s.model.hasattr("cutoff")) {
         const c10::IValue c = s.model.attr("cutoff");
@@ -428,7 +494,7 @@ void ForceKvmap::compute(System* system, Binning*, Neighbor* neighbor) {
         "needs `newton on`: the forces on ghost atoms reach their owners through ExaMiniMD's "
         "reverse communication, which it runs only with newton on (in.lj says newton off)");
   }
-  with_neighbor_list(neighbor, [&](const auto& list) {
+  with_rows(s, system, neighbor, neighbor_cutoff, [&](const auto& list) {
     auto t = Clock::now();
     const bool remake = agree_width(s, list, *system);
     s.timings.agreement += seconds_since(t);
@@ -461,7 +527,7 @@ void ForceKvmap::compute(System* system, Binning*, Neighbor* neighbor) {
 T_F_FLOAT ForceKvmap::compute_energy(System* system, Binning*, Neighbor* neighbor) {
   State& s = *state_;
   double energy = 0;
-  with_neighbor_list(neighbor, [&](const auto& list) {
+  with_rows(s, system, neighbor, neighbor_cutoff, [&](const auto& list) {
     if (agree_width(s, list, *system)) remake_ghost_exchange(s, *system);
     build_environments(s, list, system->x);
     try {
@@ -474,6 +540,7 @@ T_F_FLOAT ForceKvmap::compute_energy(System* system, Binning*, Neighbor* neighbo
 }
 
 const char* ForceKvmap::name() {
+  if (state_->ghost_layers) return "ForceKvmap (message passing, ghosts mode: layers on ghosts)";
   if (state_->message_passing) return "ForceKvmap (message passing, kvmap::GhostExchange)";
   return state_->direct ? "ForceKvmap (direct model call)" : "ForceKvmap (kvmap::map_batches)";
 }

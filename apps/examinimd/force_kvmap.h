@@ -20,6 +20,10 @@
 // ghosts; ghosts: int, the ghost count; plan: int, a kvmap::GhostExchange handle over those
 // rows, rebuilt at ExaMiniMD's neighbour-list rebuilds) and calls
 // torch.ops.kvmap.ghost_exchange between its layers; it runs on all of a rank's atoms at once.
+// `ghosts L` runs it instead in ghosts mode, for comparison: ExaMiniMD's ghost shell is L x
+// cutoff (+ skin) deep, the rows are the atoms then the ghosts (neighbour lists over both,
+// shell_neighbors.h), the plan is -1 and the model, computing its layers on every row, returns
+// the energies of the rank's atoms only.
 // This header follows ExaMiniMD's module pattern (modules_force.h includes it).
 #ifdef FORCE_MODULES_INSTANTIATION
 else if (input->force_type == FORCE_KVMAP) {
@@ -55,6 +59,8 @@ class ForceKvmap : public Force {
     double scatter = 0;       // forces to atoms and ghosts (Kokkos kernel with atomics)
     double ghost_plan = 0;    // building the ghost exchange's plans (message passing)
     long ghost_plans = 0;     // plans built (at neighbour-list rebuilds)
+    double shell_lists = 0;   // ghosts mode: building neighbour lists over atoms and ghosts
+    long shell_builds = 0;    // ... how many times
     long calls = 0;           // compute() calls
   };
   const Timings& timings() const;

@@ -95,13 +95,20 @@ class MessagePassing(torch.nn.Module):
     b_ij the radial basis of r_ij, zero at and beyond the cutoff and for padding, so messages
     fade smoothly). The Lennard-Jones part keeps atoms apart in molecular dynamics; the
     message-passing part, fixed random weights scaled to about a tenth of the Lennard-Jones
-    energy per atom, is what needs the neighbours' features."""
+    energy per atom, is what needs the neighbours' features.
+
+    Called with a plan (exchange mode), the rows are the rank's atoms and the ghosts' layer-1
+    features come from their owners. Called with plan -1 (pair_style kvmap's `ghosts 2`), the
+    rows are the atoms then the ghosts of a shell two cutoffs deep: layer 1 is computed on
+    every row, layer 2 on the atoms, and the same energies come out without an exchange."""
 
     message_passing: bool
+    layers: int  # the receptive field, in cutoffs: ghosts mode needs `ghosts 2` or more
 
     def __init__(self, cutoff=2.5, basis=8, features=16, hidden=32):
         super().__init__()
         self.message_passing = True
+        self.layers = 2
         self.lj = LennardJones(cutoff=cutoff)
         self.register_buffer("cutoff", torch.tensor(cutoff, dtype=torch.float64))
         self.register_buffer("centers", torch.linspace(0.8, cutoff, basis))
@@ -122,10 +129,16 @@ class MessagePassing(torch.nn.Module):
         return torch.exp(-self.eta * (r.unsqueeze(-1) - self.centers) ** 2) * fc.unsqueeze(-1)
 
     def forward(self, d, mask, neighbors, ghosts: int, plan: int):
-        b = self.basis(d, mask)                                  # [atoms, width, basis]
-        h = torch.tanh(self.embed(b.sum(1)))                     # layer 1: [atoms, features]
-        rows = torch.cat([h, h.new_zeros([ghosts, h.shape[1]])])  # the ghost rows to fill
-        rows = torch.ops.kvmap.ghost_exchange(rows, plan)        # ... from their owners
+        b = self.basis(d, mask)                                  # [rows, width, basis]
+        h = torch.tanh(self.embed(b.sum(1)))                     # layer 1: [rows, features]
+        if plan >= 0:
+            rows = torch.cat([h, h.new_zeros([ghosts, h.shape[1]])])  # the ghost rows to fill
+            rows = torch.ops.kvmap.ghost_exchange(rows, plan)         # ... from their owners
+        else:  # ghosts mode: layer 1 was computed on the ghosts too; layer 2 on the atoms
+            rows = h
+            atoms = d.shape[0] - ghosts
+            d, mask, neighbors = d[:atoms], mask[:atoms], neighbors[:atoms]
+            b, h = b[:atoms], h[:atoms]
         m = (self.filter(b) * rows[neighbors]).sum(1)            # layer 2: messages
         e = self.out(torch.cat([h, m], -1)).squeeze(-1)
         return self.lj(d, mask).to(e.dtype) + self.scale * e
