@@ -45,6 +45,7 @@ def contenders(models, cells, chunk_nn):
         ("NN model, kvmap", "kvmap %s 2.5%s" % (nn, nn_chunk)),
         ("NN model, direct", "kvmap %s 2.5 mode direct%s" % (nn, nn_chunk)),
         ("MP model, exchange", "kvmap %s 2.5" % os.path.join(models, "mp.pt")),
+        ("MP model, ghosts", "kvmap %s 2.5 ghosts 2" % os.path.join(models, "mp.pt")),
     ]
 
 

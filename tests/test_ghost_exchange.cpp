@@ -149,6 +149,11 @@ TEST_CASE("ghost exchange: forward fills ghosts from owners, reverse sums them b
       CHECK(at::equal(y.cpu(), expected_forward(s, me).to(type)));
       const at::Tensor g = on_device(gradients(s, me).to(type));
       CHECK(at::equal(gx.reverse(g).cpu(), expected_reverse(s, me, P).to(type)));
+      // In place: the same rows, in x's own storage.
+      at::Tensor z = x.clone();
+      const void* storage = z.data_ptr();
+      CHECK(gx.forward_(z).data_ptr() == storage);
+      CHECK(at::equal(z.cpu(), expected_forward(s, me).to(type)));
     }
     // The plain calls carry no autograd history (the operator is the differentiable form).
     const at::Tensor tracked = on_device(features(s, me, at::kDouble)).requires_grad_(true);
@@ -162,6 +167,13 @@ TEST_CASE("ghost exchange: forward fills ghosts from owners, reverse sums them b
     kvmap::Detail::set_force_host_staging(false);
     CHECK(at::equal(y.cpu(), expected_forward(s, me)));
     CHECK(at::equal(back.cpu(), expected_reverse(s, me, P)));
+    // Every call above counted once, with its time, on the plan its copies share.
+    const GhostExchange copy = gx;
+    const GhostExchange::Usage u = copy.usage();
+    CHECK(u.forward_calls == 8);
+    CHECK(u.reverse_calls == 5);
+    CHECK(u.forward_seconds > 0.0);
+    CHECK(u.reverse_seconds > 0.0);
   });
 }
 
@@ -250,6 +262,13 @@ TEST_CASE("ghost exchange: errors on every rank, nothing hangs") {
         gx.reverse(at::zeros({x.size(0), 2}, on_device(at::kBool)));
       },
       all_ranks(), "gradients of bool tensors have no sum");
+  // In place on a tensor that is not contiguous, on one rank.
+  {
+    at::Tensor wide = on_device(at::zeros({x.size(0), 2 * x.size(1)}, at::kDouble));
+    at::Tensor strided = me == odd ? wide.narrow(1, 0, x.size(1)) : x.clone();
+    expect_collective_error<kvmap::ValueError>([&] { gx.forward_(strided); }, {odd},
+                                               "must be contiguous");
+  }
   // The plan carries on after the errors.
   CHECK(at::equal(gx.forward(x).cpu(), expected_forward(s, me)));
   // Handles: the plan's while it lives, an error after.

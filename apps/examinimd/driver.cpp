@@ -16,6 +16,13 @@
 //                              sorted by the atom's starting site (its position after the
 //                              input's setup, in thousandths: ExaMiniMD's atom ids depend on the
 //                              decomposition, the sites do not)
+//   --kvmap-halo <calls>       after the input's run, ExaMiniMD's halo exchange of the positions
+//                              (update_halo) and reverse communication of the forces
+//                              (update_force) against kvmap::GhostExchange's forward (in place,
+//                              as update_halo, and out of place) and reverse of the same rows and
+//                              bytes over ExaMiniMD's ghosts, and forward of
+//                              16 float32 features (a message-passing layer), <calls> calls each:
+//                              ms per call, the slowest rank's
 //   --kvmap-jiggle <a>         before any of the above, every atom moved by a pseudo-random
 //                              displacement of up to a per axis that depends on its starting site
 //                              only (the same configuration at every rank count; a below half
@@ -27,10 +34,14 @@
 #include <property_kine.h>
 #include <property_pote.h>
 
+#include <ATen/ATen.h>
+#include <kvmap/kvmap.hpp>
 #include <mpi.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -49,6 +60,7 @@ struct Options {
   int atoms = 4;
   std::string prefix;
   int every = 0;
+  int calls = 0;
   double jiggle = 0;
   std::string forces_file;
   double tolerance = 1e-12;
@@ -76,6 +88,9 @@ Options parse(int argc, char** argv) {
     } else if (a == "--kvmap-forces" && i + 1 < argc) {
       o.mode = "forces";
       o.forces_file = argv[++i];
+    } else if (a == "--kvmap-halo" && i + 1 < argc) {
+      o.mode = "halo";
+      o.calls = std::max(1, std::atoi(argv[++i]));
     } else if (a == "--kvmap-jiggle" && i + 1 < argc) {
       o.jiggle = std::atof(argv[++i]);
     } else if (a == "--kvmap-tolerance" && i + 1 < argc) {
@@ -302,16 +317,76 @@ void print_energies(ExaMiniMD& md, const char* when) {
                 pe + ke);
 }
 
+// The largest of a value over the ranks.
+double max_over_ranks(double v) {
+  double out = v;
+  MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return out;
+}
+
 void print_timings(ExaMiniMD& md) {
+  // Peak resident memory of each process (getrusage: kilobytes on Linux): the largest.
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  const double peak_mb = max_over_ranks(static_cast<double>(usage.ru_maxrss) / 1024.0);
+  const double ghosts = max_over_ranks(static_cast<double>(md.system->N_ghost));
+  if (rank() == 0)
+    std::printf("kvmap-memory: peak RSS %.1f MB (the largest rank's), ghosts %.0f (the most)\n",
+                peak_mb, ghosts);
   auto* force = dynamic_cast<ForceKvmap*>(md.force);
   if (force == nullptr || rank() != 0) return;
   const ForceKvmap::Timings& t = force->timings();
   const double per = 1e3 / std::max(1L, t.calls);
   std::printf(
       "kvmap-timings: %ld calls, width %d, ms per step (rank 0): environments %.3f, agreement "
-      "%.3f, model %.3f, gradients %.3f, mapping %.3f (model + gradients + kvmap), scatter %.3f\n",
+      "%.3f, model %.3f, gradients %.3f, mapping %.3f (model + gradients + kvmap), scatter %.3f, "
+      "ghost exchange %.3f (%.1f calls), ghost plans %.3f, shell lists %.3f\n",
       t.calls, force->width(), t.environments * per, t.agreement * per, t.model * per,
-      t.gradients * per, t.mapping * per, t.scatter * per);
+      t.gradients * per, t.mapping * per, t.scatter * per, t.ghost_exchange * per,
+      static_cast<double>(t.ghost_exchanges) / std::max(1L, t.calls), t.ghost_plan * per,
+      t.shell_lists * per);
+}
+
+// ms per call of f, `calls` calls after one untimed, the slowest rank's.
+template <class F>
+double ms_per_call(int calls, F&& f) {
+  f();
+  MPI_Barrier(MPI_COMM_WORLD);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int k = 0; k < calls; ++k) f();
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return max_over_ranks(ms / calls);
+}
+
+// ExaMiniMD's own halo exchange against kvmap's ghost exchange over the same ghosts.
+int compare_halo(ExaMiniMD& md, const Options& o) {
+  System& s = *md.system;
+  auto ids = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), s.id);
+  const std::vector<std::int64_t> owned(ids.data(), ids.data() + s.N_local);
+  const std::vector<std::int64_t> ghosts(ids.data() + s.N_local,
+                                         ids.data() + s.N_local + s.N_ghost);
+  const kvmap::GhostExchange gx(owned, ghosts);
+  const std::int64_t rows = s.N_local + s.N_ghost;
+  at::Tensor x = at::rand({rows, 3}, at::kDouble);
+  const at::Tensor h = at::rand({rows, 16}, at::kFloat);
+  const double halo = ms_per_call(o.calls, [&] { md.comm->update_halo(); });
+  const double in_place = ms_per_call(o.calls, [&] { gx.forward_(x); });
+  const double forward = ms_per_call(o.calls, [&] { gx.forward(x); });
+  const double force = ms_per_call(o.calls, [&] { md.comm->update_force(); });
+  const double reverse = ms_per_call(o.calls, [&] { gx.reverse(x); });
+  const double layer = ms_per_call(o.calls, [&] { gx.forward(h); });
+  const double ghost_rows = max_over_ranks(static_cast<double>(s.N_ghost));
+  const double sent = max_over_ranks(static_cast<double>(gx.rows_sent()));
+  if (rank() == 0)
+    std::printf(
+        "kvmap-halo: %d atoms, ghosts %.0f, rows sent %.0f (the most on a rank); ms per call: "
+        "update_halo %.4f, ghost forward_ (in place) [rows, 3] float64 %.4f (ratio %.3f), "
+        "forward %.4f (ratio %.3f); update_force %.4f, ghost reverse [rows, 3] float64 %.4f "
+        "(ratio %.3f); ghost forward [rows, 16] float32 %.4f\n",
+        static_cast<int>(s.N), ghost_rows, sent, halo, in_place, in_place / halo, forward,
+        forward / halo, force, reverse, reverse / force, layer);
+  return 0;
 }
 
 }  // namespace
@@ -338,6 +413,9 @@ int main(int argc, char* argv[]) {
     } else if (o.mode == "compare") {
       md.run(md.input->nsteps);  // a disordered configuration: a lattice's forces cancel
       status = compare(md, o);
+    } else if (o.mode == "halo") {
+      md.run(md.input->nsteps);
+      status = compare_halo(md, o);
     } else if (o.mode == "fd") {
       md.run(md.input->nsteps);
       status = finite_differences(md, o);

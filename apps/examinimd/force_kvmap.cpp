@@ -508,12 +508,21 @@ void ForceKvmap::compute(System* system, Binning*, Neighbor* neighbor) {
     build_environments(s, list, system->x);
     s.timings.environments += seconds_since(t);
     t = Clock::now();
+    const kvmap::GhostExchange::Usage before =
+        s.ghost_exchange ? s.ghost_exchange->usage() : kvmap::GhostExchange::Usage();
     try {
       std::tie(s.energies, s.gradients) = run_model(s, true);
     } catch (const std::exception& e) {
       fail(e.what());  // agreed by kvmap: a ValueError here, a RemoteError on the other ranks
     }
     s.timings.mapping += seconds_since(t);
+    if (s.ghost_exchange) {  // the model's exchanges, forward and (in its gradient) reverse
+      const kvmap::GhostExchange::Usage after = s.ghost_exchange->usage();
+      s.timings.ghost_exchange += after.forward_seconds + after.reverse_seconds -
+                                  before.forward_seconds - before.reverse_seconds;
+      s.timings.ghost_exchanges += after.forward_calls + after.reverse_calls -
+                                   before.forward_calls - before.reverse_calls;
+    }
     t = Clock::now();
     s.gradients = s.gradients.contiguous();
     scatter_forces(s, list, system->f);

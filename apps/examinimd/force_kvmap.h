@@ -59,6 +59,8 @@ class ForceKvmap : public Force {
     double scatter = 0;       // forces to atoms and ghosts (Kokkos kernel with atomics)
     double ghost_plan = 0;    // building the ghost exchange's plans (message passing)
     long ghost_plans = 0;     // plans built (at neighbour-list rebuilds)
+    double ghost_exchange = 0;  // in the ghost exchange's calls (forward and reverse)
+    long ghost_exchanges = 0;   // ... how many
     double shell_lists = 0;   // ghosts mode: building neighbour lists over atoms and ghosts
     long shell_builds = 0;    // ... how many times
     long calls = 0;           // compute() calls

@@ -48,6 +48,9 @@ class GhostExchange {
   /// x: [owned() + ghosts(), ...]. A new contiguous tensor: the owned rows x's, each ghost
   /// row its owner's row of x.
   at::Tensor forward(const at::Tensor& x) const;
+  /// forward in place, as an app's own halo update does: x's ghost rows (x contiguous) are
+  /// overwritten with their owners' rows; the owned rows are not copied. Returns x.
+  at::Tensor& forward_(at::Tensor& x) const;
   /// The transpose of forward: g: [owned() + ghosts(), ...]. A new contiguous tensor: each
   /// owned row g's plus the sum of the ghost rows of its id on every rank, the ghost rows
   /// zero. Not for bool.
@@ -65,6 +68,16 @@ class GhostExchange {
   int peers() const;
   /// The communicator it exchanges over.
   const Comm& comm() const;
+  /// What the plan's calls (forward and reverse, directly or through the torch operators)
+  /// have cost on this rank since it was built: calls, and wall seconds in them (the
+  /// agreement, packing, the messages and waiting for peers, unpacking). Local.
+  struct Usage {
+    std::int64_t forward_calls = 0;
+    std::int64_t reverse_calls = 0;
+    double forward_seconds = 0;
+    double reverse_seconds = 0;
+  };
+  Usage usage() const;
 
   /// A process-wide handle of the plan for torch.ops.kvmap.ghost_exchange(x, handle) (a
   /// model's call between its layers): registered at the first call, valid while a copy of

@@ -8,6 +8,7 @@
 #include <c10/core/GradMode.h>
 
 #include <algorithm>
+#include <chrono>
 #include <deque>
 #include <mutex>
 #include <optional>
@@ -17,6 +18,7 @@
 #include "agreement.hpp"
 #include "ghost_state.hpp"
 #include "ghost_plan.hpp"
+#include "ghost_rows.hpp"
 #include "gpu_aware_mpi.hpp"
 #include "kvmap/error.hpp"
 #include "kvmap/tensor_bridge.hpp"
@@ -62,13 +64,19 @@ struct GhostCall {
   at::Tensor gathered, own;             // ghost rows from received rows; from this rank's own rows
   at::Tensor sent_host, received_host;  // host copies (staged only)
   bool staged = false;
+  bool host = false;  // the rows moved by ghost_rows.hpp's host loops (no gathered / own)
   Messages messages;
 };
 
+// Bytes of one row of x (0 for a tensor without rows).
+std::size_t row_bytes(const at::Tensor& x) {
+  return x.size(0) == 0 ? 0 : bytes_of(x) / static_cast<std::size_t>(x.size(0));
+}
+
 // Forward messages receive the owners' rows into `received` and send `sent`; reverse ones the
 // other way round.
-GhostCall plan_ghost_call(GhostPlan& plan, const at::Tensor& x, bool reverse, const char* who,
-                          Signature& sig, const Shape& rows_shape) {
+GhostCall plan_ghost_call(GhostPlan& plan, const at::Tensor& x, bool reverse, bool in_place,
+                          const char* who, Signature& sig, const Shape& rows_shape) {
   KVMAP_CHECK(x.defined() && x.dim() >= 1, ValueError,
               who << ": the tensor must have at least one dimension (rows: owned + ghosts)");
   const DType dtype = from_torch(x.scalar_type());  // TypeError for unsupported dtypes
@@ -82,7 +90,9 @@ GhostCall plan_ghost_call(GhostPlan& plan, const at::Tensor& x, bool reverse, co
   c.idx = &plan.on(x.device());
   c.in = x;
   const at::TensorOptions opts = x.options().memory_format(at::MemoryFormat::Contiguous);
-  c.out = at::empty(x.sizes(), opts);
+  KVMAP_CHECK(!in_place || x.is_contiguous(), ValueError,
+              who << ": the tensor must be contiguous (its ghost rows are filled in place)");
+  c.out = in_place ? x : at::empty(x.sizes(), opts);
   auto rows = [&](std::int64_t n) {
     std::vector<std::int64_t> shape(x.sizes().begin(), x.sizes().end());
     shape[0] = n;
@@ -91,8 +101,9 @@ GhostCall plan_ghost_call(GhostPlan& plan, const at::Tensor& x, bool reverse, co
   const GhostRoutes& r = plan.routes;
   c.sent = rows(r.rows_sent);
   c.received = rows(r.rows_received);
-  c.gathered = rows(static_cast<std::int64_t>(r.remote_ghost.size()));
-  c.own = rows(static_cast<std::int64_t>(r.self_ghost.size()));
+  c.host = host_rows_apply(x, reverse);
+  c.gathered = rows(c.host ? 0 : static_cast<std::int64_t>(r.remote_ghost.size()));
+  c.own = rows(c.host ? 0 : static_cast<std::int64_t>(r.self_ghost.size()));
   c.staged = !mpi_reads_directly(x.is_cpu());
   if (c.staged) {
     c.sent_host = at::empty(c.sent.sizes(), c.sent.options().device(at::kCPU));
@@ -141,11 +152,25 @@ void run_ghost_messages(const Transport& transport, GhostCall& c, const at::Tens
   }
 }
 
-void run_ghost_forward(const Transport& transport, std::int64_t owned, GhostCall& c) {
+void run_ghost_forward(const Transport& transport, const GhostRoutes& r, std::int64_t owned,
+                       GhostCall& c) {
+  if (c.host) {
+    const std::size_t row = row_bytes(c.in);
+    const bool in_place = c.out.data_ptr() == c.in.data_ptr();
+    host_forward_local(r, owned, c.in, c.out, c.sent);
+    count_bytes_copied(row * static_cast<std::size_t>((in_place ? 0 : owned) + r.self_ghost.size()) +
+                       bytes_of(c.sent));
+    run_ghost_messages(transport, c, c.sent, c.sent_host, c.received, c.received_host);
+    host_forward_remote(r, owned, c.received, c.out);
+    count_bytes_copied(row * r.remote_ghost.size());
+    return;
+  }
   const GhostIndices& idx = *c.idx;
   const at::Tensor mine = c.in.narrow(0, 0, owned);
-  c.out.narrow(0, 0, owned).copy_(mine);
-  count_bytes_copied(bytes_of(mine));
+  if (c.out.data_ptr() != c.in.data_ptr()) {
+    c.out.narrow(0, 0, owned).copy_(mine);
+    count_bytes_copied(bytes_of(mine));
+  }
   if (c.sent.size(0) > 0) {
     at::index_select_out(c.sent, mine, 0, idx.send_rows);
     count_bytes_copied(bytes_of(c.sent));
@@ -163,7 +188,17 @@ void run_ghost_forward(const Transport& transport, std::int64_t owned, GhostCall
   }
 }
 
-void run_ghost_reverse(const Transport& transport, std::int64_t owned, GhostCall& c) {
+void run_ghost_reverse(const Transport& transport, const GhostRoutes& r, std::int64_t owned,
+                       GhostCall& c) {
+  if (c.host) {
+    const std::size_t row = row_bytes(c.in);
+    host_reverse_local(r, owned, c.in, c.out, c.received);
+    count_bytes_copied(row * static_cast<std::size_t>(owned + r.remote_ghost.size()));
+    run_ghost_messages(transport, c, c.received, c.received_host, c.sent, c.sent_host);
+    host_reverse_remote(r, owned, c.in, c.sent, c.out);
+    count_bytes_copied(bytes_of(c.sent) + row * r.self_ghost.size());
+    return;
+  }
   const GhostIndices& idx = *c.idx;
   at::Tensor mine = c.out.narrow(0, 0, owned);
   mine.copy_(c.in.narrow(0, 0, owned));
@@ -187,24 +222,39 @@ void run_ghost_reverse(const Transport& transport, std::int64_t owned, GhostCall
   }
 }
 
-at::Tensor run_ghost_call(GhostPlan& plan, const at::Tensor& x, bool reverse) {
+at::Tensor run_ghost_call(GhostPlan& plan, const at::Tensor& x, bool reverse, bool in_place) {
   // The messages are invisible to autograd: results carry no history (the operators in
   // ghost_ops.cpp are the differentiable form).
   const c10::NoGradGuard no_grad;
-  const char* who = reverse ? "kvmap::GhostExchange::reverse" : "kvmap::GhostExchange::forward";
+  const char* who = reverse    ? "kvmap::GhostExchange::reverse"
+                    : in_place ? "kvmap::GhostExchange::forward_"
+                               : "kvmap::GhostExchange::forward";
   Shape rows_shape;
   if (x.defined() && x.dim() >= 1) rows_shape.assign(x.sizes().begin() + 1, x.sizes().end());
+  const auto start = std::chrono::steady_clock::now();
+  struct Account {  // the call's time, also when it fails
+    GhostPlan& plan;
+    bool reverse;
+    std::chrono::steady_clock::time_point start;
+    ~Account() {
+      const std::int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                  std::chrono::steady_clock::now() - start)
+                                  .count();
+      (reverse ? plan.reverse_ns : plan.forward_ns) += ns;
+      ++(reverse ? plan.reverse_calls : plan.forward_calls);
+    }
+  } account{plan, reverse, start};
   return collective(
       who, plan.comm,
       [&](Signature& sig, NoPayload&) {
-        return plan_ghost_call(plan, x, reverse, who, sig, rows_shape);
+        return plan_ghost_call(plan, x, reverse, in_place, who, sig, rows_shape);
       },
       [&](GhostCall& c, const NoPayload&) {
         const Transport& t = transport(plan.comm);
         if (reverse)
-          run_ghost_reverse(t, plan.owned, c);
+          run_ghost_reverse(t, plan.routes, plan.owned, c);
         else
-          run_ghost_forward(t, plan.owned, c);
+          run_ghost_forward(t, plan.routes, plan.owned, c);
         return c.out;
       });
 }
@@ -316,11 +366,16 @@ GhostExchange::GhostExchange(const at::Tensor& owned_ids, const at::Tensor& ghos
       })) {}
 
 at::Tensor GhostExchange::forward(const at::Tensor& x) const {
-  return Detail::run_ghost_call(*plan_, x, false);
+  return Detail::run_ghost_call(*plan_, x, false, false);
+}
+
+at::Tensor& GhostExchange::forward_(at::Tensor& x) const {
+  Detail::run_ghost_call(*plan_, x, false, true);
+  return x;
 }
 
 at::Tensor GhostExchange::reverse(const at::Tensor& g) const {
-  return Detail::run_ghost_call(*plan_, g, true);
+  return Detail::run_ghost_call(*plan_, g, true, false);
 }
 
 std::int64_t GhostExchange::owned() const {
@@ -344,6 +399,14 @@ int GhostExchange::peers() const {
 }
 const Comm& GhostExchange::comm() const {
   return plan_->comm;
+}
+GhostExchange::Usage GhostExchange::usage() const {
+  Usage u;
+  u.forward_calls = plan_->forward_calls.load();
+  u.reverse_calls = plan_->reverse_calls.load();
+  u.forward_seconds = 1e-9 * static_cast<double>(plan_->forward_ns.load());
+  u.reverse_seconds = 1e-9 * static_cast<double>(plan_->reverse_ns.load());
+  return u;
 }
 
 }  // namespace kvmap

@@ -4,6 +4,7 @@
 // torch operators find it by (ghost_ops.cpp owns the handles).
 #include <ATen/core/Tensor.h>
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <mutex>
@@ -32,6 +33,9 @@ struct GhostPlan {
   std::mutex mutex;                  // guards the device copies and the handle
   std::deque<GhostIndices> indices;  // references stay valid as devices are added
   std::int64_t handle = 0;
+  // What its calls cost on this rank (GhostExchange::usage): calls, and nanoseconds in them.
+  std::atomic<std::int64_t> forward_calls{0}, reverse_calls{0};
+  std::atomic<std::int64_t> forward_ns{0}, reverse_ns{0};
   ~GhostPlan();
   const GhostIndices& on(const c10::Device& device);
 };
