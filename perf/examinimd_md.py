@@ -6,7 +6,9 @@
 for the Lennard-Jones model and the trained radial network, at several sizes and rank counts;
 and (iv) the message-passing model (models.py mp: two layers, the second taking its neighbours'
 features of the first through kvmap's ghost exchange, plus Lennard-Jones), which runs on all of
-a rank's atoms at once.
+a rank's atoms at once, and (v) the same model in ghosts mode (`ghosts 2`: a ghost shell two
+cutoffs deep, layer 1 recomputed on the ghosts, no exchange). Peak resident memory (the largest
+rank's) is reported for every run, and the ghost exchange's time per step apart from the model.
 Both model contenders share the environment and scatter kernels: (ii)/(iii) is kvmap's cost.
 Contenders run interleaved, `--reps` times each; the median steps/s is reported.
 
@@ -61,12 +63,18 @@ def run_once(exe, launcher, np, path):
            "other_s": float(perf.group(7)), "steps_per_s": float(perf.group(8)),
            "atoms": int(perf.group(2))}
     t = re.search(r"kvmap-timings: (\d+) calls, width (\d+), ms per step \(rank 0\): environments (\S+), "
-                  r"agreement (\S+), model (\S+), gradients (\S+), mapping (\S+) .*scatter (\S+)", p.stdout)
+                  r"agreement (\S+), model (\S+), gradients (\S+), mapping (\S+) .*scatter ([0-9.]+)", p.stdout)
     if t:
         out.update(width=int(t.group(2)), environments_ms=float(t.group(3)), width_agreement_ms=float(t.group(4)),
                    model_ms=float(t.group(5)), autograd_ms=float(t.group(6)), mapping_ms=float(t.group(7)),
                    scatter_ms=float(t.group(8)))
         out["kvmap_ms"] = out["mapping_ms"] - out["model_ms"] - out["autograd_ms"]
+    g = re.search(r"ghost exchange (\S+) \((\S+) calls\), ghost plans (\S+), shell lists (\S+)", p.stdout)
+    if g:
+        out.update(ghost_exchange_ms=float(g.group(1)), ghost_exchange_calls=float(g.group(2)),
+                   ghost_plan_ms=float(g.group(3)), shell_lists_ms=float(g.group(4)))
+    m = re.search(r"kvmap-memory: peak RSS (\S+) MB .*ghosts (\d+)", p.stdout)
+    out.update(peak_rss_mb=float(m.group(1)), ghosts=int(m.group(2)))
     return out
 
 
@@ -113,7 +121,7 @@ def main():
                         k[0]["kvmap_over_direct"] = d[0]["steps_per_s"] / k[0]["steps_per_s"]
     print()
     print("%-5s %-8s %-18s %10s %12s %9s | ms per step (rank 0): env  width  model  autograd  kvmap  scatter | comm"
-          % ("ranks", "atoms", "contender", "steps/s", "us/atom-step", "ii/iii"))
+          " | exchange | peak MB" % ("ranks", "atoms", "contender", "steps/s", "us/atom-step", "ii/iii"))
     for r in records:
         ratio = "%.3f" % r["kvmap_over_direct"] if "kvmap_over_direct" in r else ""
         breakdown = ""
@@ -121,9 +129,10 @@ def main():
             breakdown = "%6.2f %6.2f %6.2f %8.2f %6.2f %8.2f" % (
                 r["environments_ms"], r["width_agreement_ms"], r["model_ms"], r["autograd_ms"],
                 r["kvmap_ms"], r["scatter_ms"])
-        print("%-5d %-8d %-18s %10.3f %12.3f %9s | %s | %.2f" % (
+        exchange = "%.2f" % r["ghost_exchange_ms"] if r.get("ghost_exchange_calls") else ""
+        print("%-5d %-8d %-18s %10.3f %12.3f %9s | %s | %.2f | %s | %.0f" % (
             r["ranks"], r["atoms"], r["contender"], r["steps_per_s"], r["us_per_atom_step"], ratio,
-            breakdown, 1e3 * r["comm_s"] / r["steps"]))
+            breakdown, 1e3 * r["comm_s"] / r["steps"], exchange, r["peak_rss_mb"]))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"date": datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M UTC"),
