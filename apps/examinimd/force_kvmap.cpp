@@ -520,8 +520,8 @@ void ForceKvmap::compute(System* system, Binning*, Neighbor* neighbor) {
       const kvmap::GhostExchange::Usage after = s.ghost_exchange->usage();
       s.timings.ghost_exchange += after.forward_seconds + after.reverse_seconds -
                                   before.forward_seconds - before.reverse_seconds;
-      s.timings.ghost_exchanges += after.forward_calls + after.reverse_calls -
-                                   before.forward_calls - before.reverse_calls;
+      s.timings.ghost_exchanges +=
+          after.forward_calls + after.reverse_calls - before.forward_calls - before.reverse_calls;
     }
     t = Clock::now();
     s.gradients = s.gradients.contiguous();

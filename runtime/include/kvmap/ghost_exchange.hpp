@@ -68,15 +68,16 @@ class GhostExchange {
   int peers() const;
   /// The communicator it exchanges over.
   const Comm& comm() const;
-  /// What the plan's calls (forward and reverse, directly or through the torch operators)
-  /// have cost on this rank since it was built: calls, and wall seconds in them (the
-  /// agreement, packing, the messages and waiting for peers, unpacking). Local.
+  /// What the plan's calls have cost on this rank since it was built (see usage()).
   struct Usage {
-    std::int64_t forward_calls = 0;
-    std::int64_t reverse_calls = 0;
-    double forward_seconds = 0;
-    double reverse_seconds = 0;
+    std::int64_t forward_calls = 0;  ///< forward and forward_ calls (the operator's included)
+    std::int64_t reverse_calls = 0;  ///< reverse calls (the operator's included)
+    double forward_seconds = 0;      ///< wall seconds in them
+    double reverse_seconds = 0;      ///< wall seconds in them
   };
+  /// Calls of forward, forward_ and reverse (directly or through the torch operators) and the
+  /// wall seconds in them on this rank since the plan was built (the agreement, packing, the
+  /// messages and waiting for peers, unpacking). Local.
   Usage usage() const;
 
   /// A process-wide handle of the plan for torch.ops.kvmap.ghost_exchange(x, handle) (a

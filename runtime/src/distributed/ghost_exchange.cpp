@@ -158,7 +158,8 @@ void run_ghost_forward(const Transport& transport, const GhostRoutes& r, std::in
     const std::size_t row = row_bytes(c.in);
     const bool in_place = c.out.data_ptr() == c.in.data_ptr();
     host_forward_local(r, owned, c.in, c.out, c.sent);
-    count_bytes_copied(row * static_cast<std::size_t>((in_place ? 0 : owned) + r.self_ghost.size()) +
+    count_bytes_copied(row *
+                           static_cast<std::size_t>((in_place ? 0 : owned) + r.self_ghost.size()) +
                        bytes_of(c.sent));
     run_ghost_messages(transport, c, c.sent, c.sent_host, c.received, c.received_host);
     host_forward_remote(r, owned, c.received, c.out);

@@ -117,8 +117,7 @@ void host_reverse_local(const GhostRoutes& r, std::int64_t owned, const at::Tens
   with_float_type(in, [&](auto* type) {
     using T = std::remove_pointer_t<decltype(type)>;
     add_rows(received.data_ptr<T>(), r.remote_pos.data(), 0, in.data_ptr<T>(),
-             r.remote_ghost.data(), owned, static_cast<std::int64_t>(r.remote_ghost.size()),
-             width);
+             r.remote_ghost.data(), owned, static_cast<std::int64_t>(r.remote_ghost.size()), width);
   });
 }
 
@@ -130,12 +129,11 @@ void host_reverse_remote(const GhostRoutes& r, std::int64_t owned, const at::Ten
     std::int64_t packed = 0;
     for (const GhostRoutes::Peer& p : r.sends) {
       const auto n = static_cast<std::int64_t>(p.rows.size());
-      add_rows(out.data_ptr<T>(), p.rows.data(), 0, sent.data_ptr<T>(), nullptr, packed, n,
-               width);
+      add_rows(out.data_ptr<T>(), p.rows.data(), 0, sent.data_ptr<T>(), nullptr, packed, n, width);
       packed += n;
     }
-    add_rows(out.data_ptr<T>(), r.self_row.data(), 0, in.data_ptr<T>(), r.self_ghost.data(),
-             owned, static_cast<std::int64_t>(r.self_ghost.size()), width);
+    add_rows(out.data_ptr<T>(), r.self_row.data(), 0, in.data_ptr<T>(), r.self_ghost.data(), owned,
+             static_cast<std::int64_t>(r.self_ghost.size()), width);
   });
 }
 

@@ -16,8 +16,8 @@ namespace kvmap::Detail {
 // types it sums natively; the others take ATen's sums).
 bool host_rows_apply(const at::Tensor& x, bool reverse);
 
-// forward: out's owned rows are in's (out may be in: in place); sent packs the owned rows each peer receives (in peer
-// order); the ghost rows whose owner is this rank take their owned row.
+// forward: out's owned rows are in's (out may be in: in place); sent packs the owned rows each peer
+// receives (in peer order); the ghost rows whose owner is this rank take their owned row.
 void host_forward_local(const GhostRoutes& r, std::int64_t owned, const at::Tensor& in,
                         at::Tensor& out, at::Tensor& sent);
 // forward, after the messages: each remotely owned ghost row from its received row.
