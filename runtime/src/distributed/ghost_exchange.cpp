@@ -68,11 +68,6 @@ struct GhostCall {
   Messages messages;
 };
 
-// Bytes of one row of x (0 for a tensor without rows).
-std::size_t row_bytes(const at::Tensor& x) {
-  return x.size(0) == 0 ? 0 : bytes_of(x) / static_cast<std::size_t>(x.size(0));
-}
-
 // Forward messages receive the owners' rows into `received` and send `sent`; reverse ones the
 // other way round.
 GhostCall plan_ghost_call(GhostPlan& plan, const at::Tensor& x, bool reverse, bool in_place,
@@ -109,8 +104,7 @@ GhostCall plan_ghost_call(GhostPlan& plan, const at::Tensor& x, bool reverse, bo
     c.sent_host = at::empty(c.sent.sizes(), c.sent.options().device(at::kCPU));
     c.received_host = at::empty(c.received.sizes(), c.received.options().device(at::kCPU));
   }
-  std::size_t per_row = static_cast<std::size_t>(x.element_size());
-  for (std::int64_t d = 1; d < x.dim(); ++d) per_row *= static_cast<std::size_t>(x.size(d));
+  const auto per_row = static_cast<std::size_t>(ghost_row_bytes(x));
   std::size_t offset = 0;
   for (const GhostRoutes::Count& p : r.recvs) {
     const std::size_t bytes = static_cast<std::size_t>(p.rows) * per_row;
@@ -155,7 +149,7 @@ void run_ghost_messages(const Transport& transport, GhostCall& c, const at::Tens
 void run_ghost_forward(const Transport& transport, const GhostRoutes& r, std::int64_t owned,
                        GhostCall& c) {
   if (c.host) {
-    const std::size_t row = row_bytes(c.in);
+    const auto row = static_cast<std::size_t>(ghost_row_bytes(c.in));
     const bool in_place = c.out.data_ptr() == c.in.data_ptr();
     host_forward_local(r, owned, c.in, c.out, c.sent);
     count_bytes_copied(row *
@@ -192,7 +186,7 @@ void run_ghost_forward(const Transport& transport, const GhostRoutes& r, std::in
 void run_ghost_reverse(const Transport& transport, const GhostRoutes& r, std::int64_t owned,
                        GhostCall& c) {
   if (c.host) {
-    const std::size_t row = row_bytes(c.in);
+    const auto row = static_cast<std::size_t>(ghost_row_bytes(c.in));
     host_reverse_local(r, owned, c.in, c.out, c.received);
     count_bytes_copied(row * static_cast<std::size_t>(owned + r.remote_ghost.size()));
     run_ghost_messages(transport, c, c.received, c.received_host, c.sent, c.sent_host);

@@ -12,12 +12,6 @@ namespace {
 
 constexpr std::int64_t kGrain = 2048;  // rows per task of at::parallel_for
 
-std::int64_t row_bytes(const at::Tensor& x) {
-  std::int64_t bytes = static_cast<std::int64_t>(x.element_size());
-  for (std::int64_t d = 1; d < x.dim(); ++d) bytes *= x.size(d);
-  return bytes;
-}
-
 // Copies one row: 8-byte words where the row is made of them (the common float32 x 2k and
 // float64 rows), else memcpy.
 inline void copy_row(char* to, const char* from, std::int64_t bytes) {
@@ -48,7 +42,7 @@ void gather_rows(char* to, const std::int64_t* to_rows, std::int64_t to_shift, c
 
 // to[to_rows[k]] += from[from_rows[k]] in the order of k (rows may repeat: one task).
 template <class T>
-void add_rows(T* to, const std::int64_t* to_rows, std::int64_t to_shift, const T* from,
+void sum_rows_into(T* to, const std::int64_t* to_rows, std::int64_t to_shift, const T* from,
               const std::int64_t* from_rows, std::int64_t from_shift, std::int64_t n,
               std::int64_t width) {
   for (std::int64_t k = 0; k < n; ++k) {
@@ -67,7 +61,7 @@ void with_float_type(const at::Tensor& x, F&& f) {
 }
 
 void copy_owned(const at::Tensor& in, at::Tensor& out, std::int64_t owned) {
-  const std::int64_t bytes = row_bytes(in);
+  const std::int64_t bytes = ghost_row_bytes(in);
   const char* from = static_cast<const char*>(in.data_ptr());
   char* to = static_cast<char*>(out.data_ptr());
   at::parallel_for(0, owned, 4 * kGrain, [&](std::int64_t begin, std::int64_t end) {
@@ -78,6 +72,12 @@ void copy_owned(const at::Tensor& in, at::Tensor& out, std::int64_t owned) {
 
 }  // namespace
 
+std::int64_t ghost_row_bytes(const at::Tensor& x) {
+  std::int64_t bytes = static_cast<std::int64_t>(x.element_size());
+  for (std::int64_t d = 1; d < x.dim(); ++d) bytes *= x.size(d);
+  return bytes;
+}
+
 bool host_rows_apply(const at::Tensor& x, bool reverse) {
   if (!x.is_cpu() || !x.is_contiguous()) return false;
   return !reverse || x.scalar_type() == at::kDouble || x.scalar_type() == at::kFloat;
@@ -85,7 +85,7 @@ bool host_rows_apply(const at::Tensor& x, bool reverse) {
 
 void host_forward_local(const GhostRoutes& r, std::int64_t owned, const at::Tensor& in,
                         at::Tensor& out, at::Tensor& sent) {
-  const std::int64_t bytes = row_bytes(in);
+  const std::int64_t bytes = ghost_row_bytes(in);
   if (out.data_ptr() != in.data_ptr()) copy_owned(in, out, owned);
   const char* from = static_cast<const char*>(in.data_ptr());
   std::int64_t packed = 0;
@@ -103,12 +103,12 @@ void host_forward_remote(const GhostRoutes& r, std::int64_t owned, const at::Ten
                          at::Tensor& out) {
   gather_rows(static_cast<char*>(out.data_ptr()), r.remote_ghost.data(), owned,
               static_cast<const char*>(received.data_ptr()), r.remote_pos.data(), 0,
-              static_cast<std::int64_t>(r.remote_ghost.size()), row_bytes(out));
+              static_cast<std::int64_t>(r.remote_ghost.size()), ghost_row_bytes(out));
 }
 
 void host_reverse_local(const GhostRoutes& r, std::int64_t owned, const at::Tensor& in,
                         at::Tensor& out, at::Tensor& received) {
-  const std::int64_t bytes = row_bytes(in);
+  const std::int64_t bytes = ghost_row_bytes(in);
   copy_owned(in, out, owned);
   std::memset(static_cast<char*>(out.data_ptr()) + owned * bytes, 0,
               static_cast<std::size_t>((out.size(0) - owned) * bytes));
@@ -116,23 +116,23 @@ void host_reverse_local(const GhostRoutes& r, std::int64_t owned, const at::Tens
   const std::int64_t width = bytes / static_cast<std::int64_t>(in.element_size());
   with_float_type(in, [&](auto* type) {
     using T = std::remove_pointer_t<decltype(type)>;
-    add_rows(received.data_ptr<T>(), r.remote_pos.data(), 0, in.data_ptr<T>(),
+    sum_rows_into(received.data_ptr<T>(), r.remote_pos.data(), 0, in.data_ptr<T>(),
              r.remote_ghost.data(), owned, static_cast<std::int64_t>(r.remote_ghost.size()), width);
   });
 }
 
 void host_reverse_remote(const GhostRoutes& r, std::int64_t owned, const at::Tensor& in,
                          const at::Tensor& sent, at::Tensor& out) {
-  const std::int64_t width = row_bytes(in) / static_cast<std::int64_t>(in.element_size());
+  const std::int64_t width = ghost_row_bytes(in) / static_cast<std::int64_t>(in.element_size());
   with_float_type(in, [&](auto* type) {
     using T = std::remove_pointer_t<decltype(type)>;
     std::int64_t packed = 0;
     for (const GhostRoutes::Peer& p : r.sends) {
       const auto n = static_cast<std::int64_t>(p.rows.size());
-      add_rows(out.data_ptr<T>(), p.rows.data(), 0, sent.data_ptr<T>(), nullptr, packed, n, width);
+      sum_rows_into(out.data_ptr<T>(), p.rows.data(), 0, sent.data_ptr<T>(), nullptr, packed, n, width);
       packed += n;
     }
-    add_rows(out.data_ptr<T>(), r.self_row.data(), 0, in.data_ptr<T>(), r.self_ghost.data(), owned,
+    sum_rows_into(out.data_ptr<T>(), r.self_row.data(), 0, in.data_ptr<T>(), r.self_ghost.data(), owned,
              static_cast<std::int64_t>(r.self_ghost.size()), width);
   });
 }

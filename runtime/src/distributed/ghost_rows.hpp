@@ -12,6 +12,9 @@
 
 namespace kvmap::Detail {
 
+// Bytes of one row of x (its element size times its trailing dimensions; rows or none).
+std::int64_t ghost_row_bytes(const at::Tensor& x);
+
 // Whether the host loops apply: a contiguous CPU tensor (reverse: of float32 or float64, the
 // types it sums natively; the others take ATen's sums).
 bool host_rows_apply(const at::Tensor& x, bool reverse);
