@@ -43,8 +43,8 @@ void gather_rows(char* to, const std::int64_t* to_rows, std::int64_t to_shift, c
 // to[to_rows[k]] += from[from_rows[k]] in the order of k (rows may repeat: one task).
 template <class T>
 void sum_rows_into(T* to, const std::int64_t* to_rows, std::int64_t to_shift, const T* from,
-              const std::int64_t* from_rows, std::int64_t from_shift, std::int64_t n,
-              std::int64_t width) {
+                   const std::int64_t* from_rows, std::int64_t from_shift, std::int64_t n,
+                   std::int64_t width) {
   for (std::int64_t k = 0; k < n; ++k) {
     T* t = to + ((to_rows ? to_rows[k] : k) + to_shift) * width;
     const T* f = from + ((from_rows ? from_rows[k] : k) + from_shift) * width;
@@ -117,7 +117,8 @@ void host_reverse_local(const GhostRoutes& r, std::int64_t owned, const at::Tens
   with_float_type(in, [&](auto* type) {
     using T = std::remove_pointer_t<decltype(type)>;
     sum_rows_into(received.data_ptr<T>(), r.remote_pos.data(), 0, in.data_ptr<T>(),
-             r.remote_ghost.data(), owned, static_cast<std::int64_t>(r.remote_ghost.size()), width);
+                  r.remote_ghost.data(), owned, static_cast<std::int64_t>(r.remote_ghost.size()),
+                  width);
   });
 }
 
@@ -129,11 +130,12 @@ void host_reverse_remote(const GhostRoutes& r, std::int64_t owned, const at::Ten
     std::int64_t packed = 0;
     for (const GhostRoutes::Peer& p : r.sends) {
       const auto n = static_cast<std::int64_t>(p.rows.size());
-      sum_rows_into(out.data_ptr<T>(), p.rows.data(), 0, sent.data_ptr<T>(), nullptr, packed, n, width);
+      sum_rows_into(out.data_ptr<T>(), p.rows.data(), 0, sent.data_ptr<T>(), nullptr, packed, n,
+                    width);
       packed += n;
     }
-    sum_rows_into(out.data_ptr<T>(), r.self_row.data(), 0, in.data_ptr<T>(), r.self_ghost.data(), owned,
-             static_cast<std::int64_t>(r.self_ghost.size()), width);
+    sum_rows_into(out.data_ptr<T>(), r.self_row.data(), 0, in.data_ptr<T>(), r.self_ghost.data(),
+                  owned, static_cast<std::int64_t>(r.self_ghost.size()), width);
   });
 }
 
