@@ -5,6 +5,7 @@
 #include <c10/core/ScalarType.h>
 
 #include <cstring>
+#include <type_traits>
 
 namespace kvmap::Detail {
 
