@@ -61,6 +61,12 @@ void with_float_type(const at::Tensor& x, F&& f) {
     f(static_cast<float*>(nullptr));
 }
 
+// Zeroes `bytes` bytes at `to`; memset's pointer must not be null even for zero bytes, and an
+// empty tensor's data pointer is.
+inline void zero_bytes(void* to, std::int64_t bytes) {
+  if (bytes > 0) std::memset(to, 0, static_cast<std::size_t>(bytes));
+}
+
 void copy_owned(const at::Tensor& in, at::Tensor& out, std::int64_t owned) {
   const std::int64_t bytes = ghost_row_bytes(in);
   const char* from = static_cast<const char*>(in.data_ptr());
@@ -111,9 +117,9 @@ void host_reverse_local(const GhostRoutes& r, std::int64_t owned, const at::Tens
                         at::Tensor& out, at::Tensor& received) {
   const std::int64_t bytes = ghost_row_bytes(in);
   copy_owned(in, out, owned);
-  std::memset(static_cast<char*>(out.data_ptr()) + owned * bytes, 0,
-              static_cast<std::size_t>((out.size(0) - owned) * bytes));
-  std::memset(received.data_ptr(), 0, static_cast<std::size_t>(received.size(0) * bytes));
+  if (out.size(0) > owned)
+    zero_bytes(static_cast<char*>(out.data_ptr()) + owned * bytes, (out.size(0) - owned) * bytes);
+  zero_bytes(received.data_ptr(), received.size(0) * bytes);
   const std::int64_t width = bytes / static_cast<std::int64_t>(in.element_size());
   with_float_type(in, [&](auto* type) {
     using T = std::remove_pointer_t<decltype(type)>;
