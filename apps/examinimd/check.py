@@ -142,9 +142,16 @@ def matches_central_differences(args, work, model64):
 
 
 def check_nn(args, work):
+    """The trained model's 1,000 steps conserve its energy, then check_nn_forces."""
+    conserves_energy(args, work, os.path.join(args.models, "nn.pt"), "radial model")
+    check_nn_forces(args, work)
+
+
+def check_nn_forces(args, work):
+    """The trained model's forces are its energy's gradient (the float64 copy against central
+    differences), and float32 agrees with float64 within float32's rounding: the numerics
+    without the 1,000 steps (the forced-kernels runs' check)."""
     nn, nn64 = os.path.join(args.models, "nn.pt"), os.path.join(args.models, "nn64.pt")
-    # A trained model conserves its own energy, and its forces are its energy's gradient.
-    conserves_energy(args, work, nn, "radial model")
     fd_in = matches_central_differences(args, work, nn64)
     # The float32 model against its float64 copy: within float32's rounding.
     p = run(args, [exe(args, "examinimd-kvmap"), "-il", fd_in, "--kvmap-compare", nn, "2.5",
@@ -311,7 +318,7 @@ def make_models(args):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("what", choices=["models", "lj", "nn", "mp", "mp_ghosts", "mp_md", "errors"])
+    parser.add_argument("what", choices=["models", "lj", "nn", "nn_forces", "mp", "mp_ghosts", "mp_md", "errors"])
     parser.add_argument("dir", nargs="?")
     parser.add_argument("--np", type=int, default=2)
     parser.add_argument("--exe-dir", required=True)
@@ -323,7 +330,7 @@ def main():
         make_models(args)
     else:
         with tempfile.TemporaryDirectory() as work:
-            {"lj": check_lj, "nn": check_nn, "mp": check_mp, "mp_ghosts": check_mp_ghosts,
+            {"lj": check_lj, "nn": check_nn, "nn_forces": check_nn_forces, "mp": check_mp, "mp_ghosts": check_mp_ghosts,
              "mp_md": check_mp_md, "errors": check_errors}[args.what](args, work)
     print("check: OK")
 
