@@ -34,7 +34,8 @@ if _major_minor(_torch.__version__) != _major_minor(_build.TORCH_VERSION):
 
 from . import _comms, _kvmap  # noqa: E402
 from ._kvmap import (Closeness, DistView, Error, GhostExchange, RemoteError, build_info, check_close,  # noqa: E402
-                     chunk_rows, from_heat, version)
+                     chunk_rows, from_heat, host_allocator_usage, install_host_allocator,
+                     uninstall_host_allocator, version)
 
 # mpi4py and kvmap must use one MPI library: two in one process share no communicator.
 if _kvmap._mpi_library_version().strip("\x00 \n") != _MPI.Get_library_version().strip("\x00 \n"):
@@ -57,7 +58,7 @@ def _finalize():
 
 __all__ = ["DistView", "Error", "RemoteError", "Closeness", "check_close", "array", "zeros", "ones", "full", "arange",
            "vmap", "map_batches", "map_overlap", "GhostExchange", "chunk_rows", "random", "from_heat", "manual_seed", "dot", "nrm2", "stats", "reset_stats",
-           "version", "build_info"]
+           "install_host_allocator", "uninstall_host_allocator", "host_allocator_usage", "version", "build_info"]
 __version__ = version()
 
 

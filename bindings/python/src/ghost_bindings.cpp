@@ -45,6 +45,31 @@ void bind_ghost_exchange(py::module_& m) {
           },
           py::arg("x"), "A new tensor: x's owned rows, each ghost row its owner's (collective).")
       .def(
+          "forward_",
+          [](const kvmap::GhostExchange& g, at::Tensor& x) {
+            {
+              py::gil_scoped_release release;
+              g.forward_(x);
+            }
+            return x;
+          },
+          py::arg("x"),
+          "In place: x's ghost rows from their owners, its owned rows untouched; returns x "
+          "(contiguous; collective). No autograd: an application's halo update.")
+      .def(
+          "usage",
+          [](const kvmap::GhostExchange& g) {
+            const kvmap::GhostExchange::Usage u = g.usage();
+            py::dict d;
+            d["forward_calls"] = u.forward_calls;
+            d["reverse_calls"] = u.reverse_calls;
+            d["forward_seconds"] = u.forward_seconds;
+            d["reverse_seconds"] = u.reverse_seconds;
+            return d;
+          },
+          "Calls of forward, forward_ and reverse (the operators' included) and the wall "
+          "seconds in them on this rank since the plan was built (a dict; local).")
+      .def(
           "reverse",
           [](const kvmap::GhostExchange& g, const at::Tensor& grad) {
             py::gil_scoped_release release;

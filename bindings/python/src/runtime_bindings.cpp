@@ -7,6 +7,7 @@
 
 #include "bindings.hpp"
 #include "dist_views.hpp"
+#include "kvmap/host_allocator.hpp"
 #include "mpi_process.hpp"
 #include "runtime_start.hpp"
 
@@ -54,6 +55,39 @@ void bind_runtime(py::module_& m) {
     return d;
   });
   m.def("_reset_stats", [] { kvmap::reset_stats(); });
+
+  // kvmap/host_allocator.hpp
+  m.def(
+      "install_host_allocator",
+      [](std::size_t cache_bytes) {
+        kvmap::HostAllocatorOptions o;
+        o.cache_bytes = cache_bytes;
+        kvmap::install_host_allocator(o);
+      },
+      py::arg("cache_bytes") = kvmap::HostAllocatorOptions{}.cache_bytes,
+      "Makes kvmap's caching allocator torch's CPU allocator for every tensor allocated from "
+      "now on in this process: blocks of 4 MiB and more are kept when freed, up to "
+      "cache_bytes, and reused by the next tensor of about their size (no mmap, page faults and "
+      "munmap per call). Also done at import with KVMAP_HOST_ALLOCATOR_MIB=<MiB>.");
+  m.def(
+      "uninstall_host_allocator", [] { kvmap::uninstall_host_allocator(); },
+      "Gives torch's CPU allocator back and frees the kept blocks (live tensors keep theirs).");
+  m.def(
+      "host_allocator_usage",
+      [] {
+        const kvmap::HostAllocatorUsage u = kvmap::host_allocator_usage();
+        py::dict d;
+        d["installed"] = u.installed;
+        d["reused"] = u.reused;
+        d["fresh"] = u.fresh;
+        d["small"] = u.small;
+        d["returned"] = u.returned;
+        d["bytes_kept"] = u.bytes_kept;
+        d["bytes_kept_peak"] = u.bytes_kept_peak;
+        d["bytes_in_use"] = u.bytes_in_use;
+        return d;
+      },
+      "The host allocator's counters since it was installed (a dict).");
 }
 
 // (kvmap/tolerance.hpp), the check kvmap's own tests, examples and benchmarks use.

@@ -52,6 +52,16 @@ def test_forward_and_reverse_against_the_decomposition():
         want[gx.owned + j] = torch.tensor([value(k, c) for c in range(4)])
     for dtype in (torch.float64, torch.float32, torch.int32):
         assert torch.equal(gx.forward(x.to(dtype)), want.to(dtype))
+    # In place: the same rows, in x's own storage, the owned rows untouched.
+    y = x.clone()
+    storage = y.data_ptr()
+    assert gx.forward_(y) is y
+    assert y.data_ptr() == storage and torch.equal(y, want)
+    with pytest.raises(ValueError, match="contiguous"):
+        gx.forward_(x.t().contiguous().t())
+    calls = gx.usage()  # three dtypes, forward_, and the refused call (it reached the plan)
+    assert calls["forward_calls"] == 5 and calls["reverse_calls"] == 0
+    assert calls["forward_seconds"] > 0
     # reverse: integer-valued gradients, so every sum is exact.
     def grad(r):
         n = len(owned[r]) + len(ghosts[r])
@@ -66,6 +76,7 @@ def test_forward_and_reverse_against_the_decomposition():
                 expect[row[k]] += gq[len(owned[q]) + j]
     expect[gx.owned:] = 0
     assert torch.equal(gx.reverse(grad(ME)), expect)
+    assert gx.usage()["reverse_calls"] == 1
 
 
 class Scatter(torch.autograd.Function):

@@ -8,6 +8,7 @@
 #include "kvmap/dtype.hpp"
 #include "kvmap/error.hpp"
 #include "kvmap/ghost_exchange.hpp"
+#include "kvmap/host_allocator.hpp"
 #include "kvmap/layout.hpp"
 #include "kvmap/linalg.hpp"
 #include "kvmap/overlap.hpp"

@@ -5,12 +5,6 @@
 
 #include <cstdlib>
 #include <limits>
-#include <map>
-#include <mutex>
-
-#if defined(__linux__)
-#include <sys/mman.h>
-#endif
 
 #include "kvmap/error.hpp"
 #include "switches.hpp"
@@ -21,13 +15,11 @@
 #include "stats_counters.hpp"
 #include "local_block.hpp"
 #include "allocation.hpp"
+#include "block_cache.hpp"
 
 namespace kvmap::Detail {
 
 namespace {
-
-constexpr std::size_t kHugePage = std::size_t(2) << 20;
-constexpr std::size_t kCachedMinimum = 2 * kHugePage;  // smaller blocks are cheap to make
 
 std::size_t cache_capacity() {
   static const std::size_t capacity = [] {
@@ -37,76 +29,34 @@ std::size_t cache_capacity() {
   return capacity;
 }
 
+// Freed large blocks of one memory space (block_cache.hpp); emptied and closed when Kokkos
+// finalizes (a View must not outlive Kokkos).
 template <class MemorySpace>
-void advise_huge_pages(void* data, std::size_t bytes) {
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-  if constexpr (is_host_accessible<MemorySpace>) {
-    if (bytes < kCachedMinimum) return;
-    const auto begin = (reinterpret_cast<std::uintptr_t>(data) + kHugePage - 1) & ~(kHugePage - 1);
-    const auto end = (reinterpret_cast<std::uintptr_t>(data) + bytes) & ~(kHugePage - 1);
-    // NOLINTNEXTLINE(performance-no-int-to-ptr): an address rounded to a huge page
-    if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
-  }
-#else
-  (void)data;
-  (void)bytes;
-#endif
-}
-
-// Freed large blocks of one memory space, by capacity; emptied when Kokkos finalizes.
-template <class MemorySpace>
-class BlockCache {
+class SpaceCache {
  public:
   using Buffer = Kokkos::View<unsigned char*, MemorySpace>;
-  static BlockCache& instance() {
-    static BlockCache* cache = [] {
-      auto* c = new BlockCache();
-      Kokkos::push_finalize_hook([c] { c->close(); });
+  static SpaceCache& instance() {
+    static SpaceCache* cache = [] {
+      auto* c = new SpaceCache();
+      Kokkos::push_finalize_hook([c] { c->blocks_.clear(true); });
       return c;
     }();
     return *cache;
   }
   Buffer take(std::size_t capacity) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      auto it = free_.find(capacity);
-      if (it != free_.end()) {
-        Buffer b = std::move(it->second);
-        free_.erase(it);
-        cached_ -= capacity;
-        return b;
-      }
-    }
+    if (auto kept = blocks_.take(capacity)) return std::move(kept->first);
     Buffer b(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("kvmap::DistView")),
              capacity);
-    advise_huge_pages<MemorySpace>(b.data(), capacity);
+    if constexpr (is_host_accessible<MemorySpace>) advise_huge_pages(b.data(), capacity);
     return b;
   }
   void give_back(Buffer b) {
-    std::lock_guard<std::mutex> lock(mutex_);
     const std::size_t capacity = b.extent(0);
-    if (closed_ || capacity > cache_capacity()) return;
-    // Oldest-first eviction is unnecessary for a cache this small: drop the largest.
-    while (cached_ + capacity > cache_capacity() && !free_.empty()) {
-      auto last = std::prev(free_.end());
-      cached_ -= last->first;
-      free_.erase(last);
-    }
-    cached_ += capacity;
-    free_.emplace(capacity, std::move(b));
-  }
-  void close() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    free_.clear();
-    cached_ = 0;
-    closed_ = true;
+    blocks_.give_back(std::move(b), capacity);
   }
 
  private:
-  std::mutex mutex_;
-  std::multimap<std::size_t, Buffer> free_;
-  std::size_t cached_ = 0;
-  bool closed_ = false;
+  BlockCache<Buffer> blocks_{cache_capacity()};
 };
 
 template <class MemorySpace>
@@ -121,7 +71,7 @@ struct TrackedAllocation {
   ~TrackedAllocation() {
     count_deallocation(bytes);
     if (cached && Kokkos::is_initialized())
-      BlockCache<MemorySpace>::instance().give_back(std::move(view));
+      SpaceCache<MemorySpace>::instance().give_back(std::move(view));
   }
 };
 
@@ -139,9 +89,9 @@ LocalBlock allocate_block(const std::vector<std::int64_t>& extents, std::size_t 
   if (bytes > 0) fault_point("allocate", FaultPhase::Plan, -1);
   std::shared_ptr<TrackedAllocation<MemorySpace>> owner;
   if (bytes >= kCachedMinimum && bytes <= std::numeric_limits<std::size_t>::max() - kHugePage) {
-    const std::size_t capacity = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+    const std::size_t capacity = cached_capacity(bytes);
     owner = std::make_shared<TrackedAllocation<MemorySpace>>(
-        BlockCache<MemorySpace>::instance().take(capacity), bytes, true);
+        SpaceCache<MemorySpace>::instance().take(capacity), bytes, true);
   } else {
     owner = std::make_shared<TrackedAllocation<MemorySpace>>(
         Kokkos::View<unsigned char*, MemorySpace>(

@@ -10,6 +10,7 @@
 #include "mpi_process.hpp"
 #include "device_map.hpp"
 #include "gpu_aware_mpi.hpp"
+#include "host_allocator_start.hpp"
 #include "runtime_start.hpp"
 #include "stats_counters.hpp"
 
@@ -18,6 +19,7 @@ namespace kvmap {
 namespace Detail {
 
 bool start_kokkos(int& argc, char**& argv) {
+  apply_host_allocator_environment();
   // Kokkos 4's own ScopeGuard aborts when Kokkos is already up, so ask first.
   if (Kokkos::is_initialized()) {
     decide_gpu_aware_mpi_on_every_rank();

@@ -4,6 +4,8 @@
 #include <c10/core/CPUAllocator.h>
 #include <torch/version.h>
 
+#include "c10_allocator_compat.hpp"
+
 #if defined(KVMAP_TORCH_CUDA) && !defined(USE_ROCM)
 #include <c10/cuda/CUDACachingAllocator.h>
 #define KVMAP_METER_CUDA 1
@@ -17,14 +19,6 @@ namespace kvmap::Detail {
 
 namespace {
 
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
-#define KVMAP_ALLOCATE_CONST
-#define KVMAP_ALLOCATOR_COPY_DATA 1
-#else
-#define KVMAP_ALLOCATE_CONST const
-#define KVMAP_ALLOCATOR_COPY_DATA 0
-#endif
-
 // Counts what torch's CPU allocator hands out and is not yet freed, and the peak of that,
 // across all threads. One instance for the process, never destroyed: memory it handed out
 // may be freed after the meter that installed it is gone.
@@ -36,7 +30,7 @@ class CountingCpuAllocator final : public c10::Allocator {
   }
   void wrap(c10::Allocator* inner) { inner_ = inner; }
 
-  c10::DataPtr allocate(std::size_t n) KVMAP_ALLOCATE_CONST override {
+  c10::DataPtr allocate(std::size_t n) KVMAP_C10_ALLOCATE_CONST override {
     auto* held = new Held{inner_->allocate(n), static_cast<std::int64_t>(n), this};
     const std::int64_t now = live_.fetch_add(held->bytes) + held->bytes;
     std::int64_t peak = peak_.load();
@@ -45,7 +39,7 @@ class CountingCpuAllocator final : public c10::Allocator {
     void* data = held->inner.get();
     return {data, held, &release, c10::Device(c10::DeviceType::CPU)};
   }
-#if KVMAP_ALLOCATOR_COPY_DATA
+#if KVMAP_C10_ALLOCATOR_COPY_DATA
   void copy_data(void* dest, const void* src, std::size_t count) const override {
     default_copy_data(dest, src, count);
   }
