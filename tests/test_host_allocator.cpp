@@ -193,8 +193,7 @@ TEST_CASE("host allocator: torch's memory reporting sees every allocation") {
     const at::Tensor wide = xs.unsqueeze(-1).expand({xs.size(0), 32, 2048}).contiguous();
     return (wide * 2.0).sum({1, 2});
   };
-  const auto options =
-      kvmap::VmapOptions().chunk_size(kvmap::auto_chunk).memory_budget(16 * kMiB);
+  const auto options = kvmap::VmapOptions().chunk_size(kvmap::auto_chunk).memory_budget(16 * kMiB);
   kvmap::reset_stats();
   const auto y_cached = kvmap::map_batches(f, options)(x);
   const std::int64_t cached = kvmap::stats().auto_bytes_per_sample;

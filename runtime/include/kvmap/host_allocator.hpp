@@ -18,12 +18,12 @@ struct HostAllocatorOptions {
 
 /// What kvmap's host allocator did since it was installed (this process; no communication).
 struct HostAllocatorUsage {
-  bool installed = false;       ///< whether it is torch's CPU allocator now
-  std::uint64_t reused = 0;     ///< large allocations served with a kept block
-  std::uint64_t fresh = 0;      ///< large allocations that found none and mapped a new block
-  std::uint64_t small = 0;      ///< allocations under 4 MiB, passed on to c10's allocation
-  std::uint64_t returned = 0;   ///< large blocks returned to the system instead of kept
-  std::size_t bytes_kept = 0;   ///< bytes of freed blocks kept now
+  bool installed = false;           ///< whether it is torch's CPU allocator now
+  std::uint64_t reused = 0;         ///< large allocations served with a kept block
+  std::uint64_t fresh = 0;          ///< large allocations that found none and mapped a new block
+  std::uint64_t small = 0;          ///< allocations under 4 MiB, passed on to c10's allocation
+  std::uint64_t returned = 0;       ///< large blocks returned to the system instead of kept
+  std::size_t bytes_kept = 0;       ///< bytes of freed blocks kept now
   std::size_t bytes_kept_peak = 0;  ///< the most bytes kept at once
   std::size_t bytes_in_use = 0;     ///< bytes of live tensors it allocated (requested sizes)
 };
