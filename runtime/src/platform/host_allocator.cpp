@@ -183,9 +183,10 @@ class HostAllocator final : public c10::Allocator {
 #endif
   }
 
-  BlockCache<HostRawBlock> cache_{0};
-  std::atomic<std::uint64_t> small_{0};
-  std::atomic<std::size_t> in_use_{0};
+  // mutable: allocate() is const on LibTorch < 2.3.
+  mutable BlockCache<HostRawBlock> cache_{0};
+  mutable std::atomic<std::uint64_t> small_{0};
+  mutable std::atomic<std::size_t> in_use_{0};
   std::mutex install_mutex_;
   c10::Allocator* previous_ = nullptr;
 };
