@@ -5,7 +5,6 @@
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/alloc_cpu.h>
-#include <torch/version.h>
 
 #include <atomic>
 #include <cerrno>
@@ -19,7 +18,7 @@
 
 #include "kvmap/error.hpp"
 #include "block_cache.hpp"
-#include "c10_allocator_compat.hpp"
+#include "torch_compat.hpp"
 #include "host_allocator_start.hpp"
 
 namespace kvmap {
@@ -101,7 +100,7 @@ class HostAllocator final : public c10::Allocator {
     new (base) HostBlockHeader{kMagic, n, capacity};
     void* data = static_cast<char*>(base) + kHostHeaderBytes;
     const std::size_t in_use = in_use_.fetch_add(n, std::memory_order_relaxed) + n;
-    report(data, static_cast<std::int64_t>(n), in_use);
+    torch_compat::report_cpu_memory(data, static_cast<std::int64_t>(n), in_use);
     return {data, data, &release, c10::Device(c10::DeviceType::CPU)};
   }
 
@@ -125,7 +124,7 @@ class HostAllocator final : public c10::Allocator {
     HostAllocator& a = instance();
     const std::size_t in_use =
         a.in_use_.fetch_sub(header.bytes, std::memory_order_relaxed) - header.bytes;
-    report(data, -static_cast<std::int64_t>(header.bytes), in_use);
+    torch_compat::report_cpu_memory(data, -static_cast<std::int64_t>(header.bytes), in_use);
     if (header.capacity == 0)
       c10::free_cpu(base);
     else
@@ -170,18 +169,6 @@ class HostAllocator final : public c10::Allocator {
 
  private:
   HostAllocator() = default;
-
-  // torch's memory reporting, as c10's own CPU allocator does it (the profiler, and kvmap's
-  // chunk_size(auto) probe, listen there). Its totals are int64 in LibTorch 1.13, size_t in 2.x.
-  static void report(void* data, std::int64_t delta, std::size_t in_use) {
-    if (!c10::memoryProfilingEnabled()) return;
-#if TORCH_VERSION_MAJOR >= 2
-    c10::reportMemoryUsageToProfiler(data, delta, in_use, 0, c10::Device(c10::DeviceType::CPU));
-#else
-    c10::reportMemoryUsageToProfiler(data, delta, static_cast<std::int64_t>(in_use), 0,
-                                     c10::Device(c10::DeviceType::CPU));
-#endif
-  }
 
   // mutable: allocate() is const on LibTorch < 2.3.
   mutable BlockCache<HostRawBlock> cache_{0};

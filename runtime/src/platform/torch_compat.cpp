@@ -114,4 +114,14 @@ MemoryReporting::MemoryReporting(std::function<void(std::int64_t)> on_change)
 
 MemoryReporting::~MemoryReporting() = default;
 
+void report_cpu_memory(void* data, std::int64_t bytes, std::size_t in_use) {
+  if (!c10::memoryProfilingEnabled()) return;
+#if TORCH_VERSION_MAJOR >= 2
+  c10::reportMemoryUsageToProfiler(data, bytes, in_use, 0, c10::Device(c10::DeviceType::CPU));
+#else
+  c10::reportMemoryUsageToProfiler(data, bytes, static_cast<std::int64_t>(in_use), 0,
+                                   c10::Device(c10::DeviceType::CPU));
+#endif
+}
+
 }  // namespace kvmap::Detail::torch_compat

@@ -1,8 +1,11 @@
 #pragma once
-// The only interface to LibTorch's functorch internals (ATen/functorch/*). LibTorch 1.13 and
-// 2.x differ there (int64 vs SymInt batch sizes, an unlocked process-global map of layer
-// life handles in 1.13); every difference stays behind this header, in torch_compat.cpp.
+// The only interface to LibTorch's functorch internals (ATen/functorch/*), and to the parts of
+// c10's allocator interface that changed between versions. LibTorch 1.13 and 2.x differ there
+// (int64 vs SymInt batch sizes, an unlocked process-global map of layer life handles in 1.13,
+// the memory reporting's totals, c10::Allocator's const-ness); every difference stays behind
+// this header, in torch_compat.cpp and the two macros below.
 #include <ATen/core/Tensor.h>
+#include <torch/version.h>
 
 #include <cstdint>
 #include <functional>
@@ -10,6 +13,19 @@
 #include <mutex>
 
 #include "detail.hpp"
+
+// For the allocators kvmap puts in torch's CPU slot (host_allocator.cpp, and the tests'
+// counting allocator, testing/memory_meter.cpp): LibTorch 2.3 made c10::Allocator::allocate
+// non-const and requires copy_data(); 1.13 has a const allocate() and no copy_data().
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+// Written after `allocate(std::size_t n)` in a derived c10::Allocator.
+#define KVMAP_C10_ALLOCATE_CONST
+// Whether c10::Allocator declares copy_data (pure virtual) and default_copy_data.
+#define KVMAP_C10_ALLOCATOR_COPY_DATA 1
+#else
+#define KVMAP_C10_ALLOCATE_CONST const
+#define KVMAP_C10_ALLOCATOR_COPY_DATA 0
+#endif
 
 namespace kvmap::Detail::torch_compat {
 
@@ -64,5 +80,10 @@ class MemoryReporting {
  private:
   std::shared_ptr<void> installed_;
 };
+
+// Reports an allocation (bytes > 0) or a free (< 0) of CPU memory at `data` to torch's memory
+// reporting (the profiler's, MemoryReporting's) where this thread has one, as c10's own CPU
+// allocator does; `in_use` is the allocator's total after it.
+void report_cpu_memory(void* data, std::int64_t bytes, std::size_t in_use);
 
 }  // namespace kvmap::Detail::torch_compat

@@ -4,7 +4,7 @@
 #include <c10/core/CPUAllocator.h>
 #include <torch/version.h>
 
-#include "c10_allocator_compat.hpp"
+#include "torch_compat.hpp"
 
 #if defined(KVMAP_TORCH_CUDA) && !defined(USE_ROCM)
 #include <c10/cuda/CUDACachingAllocator.h>
