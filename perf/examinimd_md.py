@@ -147,7 +147,7 @@ def main():
             breakdown, 1e3 * r["comm_s"] / r["steps"], exchange, r["peak_rss_mb"], r["user_s"], r["system_s"]))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"date": datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M UTC"),
+            json.dump({"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                        "host": socket.gethostname(), "cores": os.cpu_count(), "records": records}, f, indent=1)
 
 
