@@ -7,7 +7,9 @@ for the Lennard-Jones model and the trained radial network, at several sizes and
 and (iv) the message-passing model (models.py mp: two layers, the second taking its neighbours'
 features of the first through kvmap's ghost exchange, plus Lennard-Jones), which runs on all of
 a rank's atoms at once, and (v) the same model in ghosts mode (`ghosts 2`: a ghost shell two
-cutoffs deep, layer 1 recomputed on the ghosts, no exchange). The NN and exchange-mode MP models
+cutoffs deep, layer 1 recomputed on the ghosts, no exchange), and (vi) the exchange-mode MP model
+in chunks (`chunk 4096`: layer by layer through its `stage` method, the exchange between the
+layers run by the pair style; memory bounded by the chunk). The NN and exchange-mode MP models
 run once more with kvmap's caching host allocator (KVMAP_HOST_ALLOCATOR_MIB: torch's temporaries
 reuse kept blocks instead of mapping fresh memory every step). Peak resident memory (the largest
 rank's), user and system CPU seconds (all ranks) are reported for every run, and the ghost
@@ -16,7 +18,8 @@ Both model contenders share the environment and scatter kernels: (ii)/(iii) is k
 Contenders run interleaved, `--reps` times each; the median steps/s is reported.
 
     perf/examinimd_md.py --build build/default --models <dir with lj.pt, nn.pt>
-        [--np 1,2] [--cells 10,20,40] [--reps 3] [--chunk-nn 65536] [--only REGEX] [--json out.json]
+        [--np 1,2] [--cells 10,20,40] [--reps 3] [--chunk-nn 65536] [--chunk-mp 4096] [--only REGEX]
+        [--json out.json]
 
 Needs the ExaMiniMD build of scripts/build-examinimd.sh (<build>/examinimd/bin) and the models
 of apps/examinimd/check.py models (the ctest fixtures make both).
@@ -39,7 +42,7 @@ import check  # noqa: E402  (the input files of the tests)
 STEPS = {10: 100, 20: 20, 40: 5}  # cells -> steps: 4,000 / 32,000 / 256,000 atoms
 
 
-def contenders(models, cells, chunk_nn):
+def contenders(models, cells, chunk_nn, chunk_mp):
     lj, nn = os.path.join(models, "lj.pt"), os.path.join(models, "nn.pt")
     # The network's intermediates at 256,000 atoms (a [atoms, width, 16] basis and its
     # gradient, several GB) do not fit one call: both contenders take the same chunks there.
@@ -54,6 +57,7 @@ def contenders(models, cells, chunk_nn):
         ("NN model, direct", "kvmap %s 2.5 mode direct%s" % (nn, nn_chunk)),
         ("MP model, exchange", "kvmap %s 2.5" % os.path.join(models, "mp.pt")),
         ("MP model, exchange, host alloc.", "kvmap %s 2.5" % os.path.join(models, "mp.pt"), cached),
+        ("MP model, exchange, chunks", "kvmap %s 2.5 chunk %d" % (os.path.join(models, "mp.pt"), chunk_mp)),
         ("MP model, ghosts", "kvmap %s 2.5 ghosts 2" % os.path.join(models, "mp.pt")),
     ]
 
@@ -97,6 +101,8 @@ def main():
     ap.add_argument("--cells", default="10,20,40")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--chunk-nn", type=int, default=65536)
+    ap.add_argument("--chunk-mp", type=int, default=4096,
+                    help="atoms per chunk of the MP model's chunked contender (layer by layer)")
     ap.add_argument("--only", help="the contenders whose names match this regular expression")
     ap.add_argument("--json")
     args = ap.parse_args()
@@ -107,7 +113,7 @@ def main():
         for np in [int(v) for v in args.np.split(",")]:
             for cells in [int(v) for v in args.cells.split(",")]:
                 steps = STEPS.get(cells, 10)
-                cases = [c for c in contenders(args.models, cells, args.chunk_nn)
+                cases = [c for c in contenders(args.models, cells, args.chunk_nn, args.chunk_mp)
                          if not args.only or re.search(args.only, c[0])]
                 samples = {c[0]: [] for c in cases}
                 for rep in range(args.reps):

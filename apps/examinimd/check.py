@@ -187,16 +187,23 @@ def check_mp(args, work):
     mp64 = os.path.join(args.models, "mp64.pt")
     # Decomposition invariance: the same configuration (a jiggled lattice, the same at every
     # rank count) at 1 rank and at N.
-    cfg = input_file(os.path.join(work, "mp64.in"), 6, "kvmap %s 2.5" % mp64, 0)
+    # At N ranks also in chunks (layer by layer through the model's `stage`, split at the
+    # exchanges, two chunks in flight): chunks of 50 atoms, several per rank at every N.
     files = {}
-    for np in (1, args.np):
-        files[np] = os.path.join(work, "forces-%d.txt" % np)
+    for key, np, options in ((1, 1, ""), (args.np, args.np, ""),
+                             ("chunks", args.np, " chunk 50 concurrency 2")):
+        cfg = input_file(os.path.join(work, "mp64-%s.in" % key), 6, "kvmap %s 2.5%s" % (mp64, options), 0)
+        files[key] = os.path.join(work, "forces-%s.txt" % key)
         p = run(args, [exe(args, "examinimd-kvmap"), "-il", cfg, "--kvmap-jiggle", "0.08",
-                       "--kvmap-forces", files[np]], np=np)
+                       "--kvmap-forces", files[key]], np=np)
         print(re.search(r"kvmap-forces: .*", p.stdout).group(0))
+        if key == "chunks" and "message passing in chunks" not in p.stdout:
+            sys.exit("check: FAILED: ExaMiniMD did not run the model in chunks\n" + p.stdout[-3000:])
     f1, e1 = read_forces(files[1])
     fn, en = read_forces(files[args.np])
     compare_forces("%d ranks against 1" % args.np, f1, e1, fn, en)
+    fc, ec = read_forces(files["chunks"])
+    compare_forces("%d ranks in chunks of 50 (2 in flight) against 1 rank" % args.np, f1, e1, fc, ec)
     # Its forces are the gradient of its energy (through both layers and the exchange, in both
     # directions): central differences at N ranks.
     matches_central_differences(args, work, mp64)
@@ -252,8 +259,11 @@ def check_errors(args, work):
         ("more neighbours than a cap", "kvmap %s 2.5 max_neighbors 10" % lj, "on",
          "more than max_neighbors 10"),
         ("newton off", "kvmap %s 2.5" % lj, "off", "needs `newton on`"),
-        ("a message-passing model in chunks", "kvmap %s 2.5 chunk 64" % os.path.join(args.models, "mp.pt"),
-         "on", "apply to per-atom models only"),
+        ("a message-passing model in chunks without a stage method",
+         "kvmap %s 2.5 chunk 64" % os.path.join(args.models, "mp-nostage.pt"), "on",
+         "the model needs an int attribute `layers` and a method"),
+        ("a message-passing model in direct mode", "kvmap %s 2.5 mode direct" % os.path.join(args.models, "mp.pt"),
+         "on", "`mode direct` applies to per-atom models only"),
         ("a model calling the ghost exchange without a plan",
          "kvmap %s 2.5" % os.path.join(args.models, "mp-noplan.pt"), "on",
          "no GhostExchange plan has handle 987654321"),

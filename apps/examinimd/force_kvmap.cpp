@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -110,6 +111,10 @@ struct ForceKvmap::State {
   // cutoff (+ skin) deep and the model computes its layers on the ghosts as well, from
   // neighbour lists over atoms and ghosts. 0: exchange mode.
   int ghost_layers = 0;
+  // A message-passing model in chunks (`chunk` or `concurrency` given): run layer by layer
+  // through its `stage` method, split at the exchanges (run_stages); `layers` of them.
+  bool staged = false;
+  int layers = 0;
   ShellNeighbors shell;
   torch::jit::Module model;
   at::ScalarType dtype = at::kDouble;
@@ -123,7 +128,8 @@ struct ForceKvmap::State {
   Env env;
   Mask mask;
   Neighbors neighbors;  // the row of each neighbour among atoms then ghosts (message passing)
-  std::optional<View> env_view, mask_view;
+  Kokkos::View<std::int64_t*, MemSpace> index;  // 0, 1, ..., atoms - 1 (staged)
+  std::optional<View> env_view, mask_view, neighbors_view, index_view;
   // The ghost exchange over ExaMiniMD's ghosts (message passing), remade when any rank's ids
   // of atoms and ghosts change (a neighbour-list rebuild): their count and fingerprint.
   std::optional<kvmap::GhostExchange> ghost_exchange;
@@ -257,6 +263,17 @@ bool agree_width(ForceKvmap::State& s, const List& list, const System& system) {
   }
   s.env_view = View::from_local(s.env, 0, s.comm);
   s.mask_view = View::from_local(s.mask, 0, s.comm);
+  if (s.staged) {
+    s.index = Kokkos::View<std::int64_t*, MemSpace>(
+        Kokkos::view_alloc("kvmap::examinimd::index", Kokkos::WithoutInitializing), atoms);
+    const auto index = s.index;
+    Kokkos::parallel_for(
+        "kvmap::examinimd::index", Kokkos::RangePolicy<Exec>(0, atoms),
+        KOKKOS_LAMBDA(const T_INT i) { index(i) = i; });
+    Exec().fence();
+    s.neighbors_view = View::from_local(s.neighbors, 0, s.comm);
+    s.index_view = View::from_local(s.index, 0, s.comm);
+  }
   s.model.to(s.env_view->local().device());
   return all[2] != 0;
 }
@@ -335,11 +352,111 @@ std::tuple<at::Tensor, at::Tensor> run_message_passing(ForceKvmap::State& s, boo
   return {e.detach().to(at::kDouble), g.to(at::kDouble)};
 }
 
+// A message-passing model in chunks, split at its exchanges. Layer k of the model (its method
+// stage(k, d, mask, neighbors, rows, index)) is mapped over the rank's atoms by
+// kvmap::map_batches, chunked and `concurrency` as set; between layers the ghost rows of its
+// features come from their owners (GhostExchange::forward_, in place). The gradient runs the
+// layers backwards: each chunk's layer k once more, under autograd, seeded with the gradient of
+// the energy with respect to its features (from layer k + 1), gives that layer's part of dE/dd
+// and the gradient of the rows it read, whose ghost rows are then summed into their owners
+// (GhostExchange::reverse) for layer k - 1. Between layers only each layer's features (rows x
+// features) are kept, so a chunk's activations bound the memory; a layer's forward runs twice.
+// kvmap::map_batches agrees a failure of the model among the ranks before any exchange.
+std::tuple<at::Tensor, at::Tensor> run_stages(ForceKvmap::State& s, bool gradients) {
+  const kvmap::GhostExchange& exchange = *s.ghost_exchange;
+  const int last = s.layers - 1;
+  const auto options = kvmap::VmapOptions().chunk_size(s.chunk).concurrency(s.concurrency);
+  const at::Tensor none =
+      at::empty({0}, at::TensorOptions().dtype(s.dtype).device(s.env_view->local().device()));
+  torch::jit::Method stage = s.model.get_method("stage");
+  auto call = [&stage](int k, const at::Tensor& d, const at::Tensor& mask,
+                       const at::Tensor& neighbors, const at::Tensor& rows,
+                       const at::Tensor& index) {
+    return stage({static_cast<std::int64_t>(k), d, mask, neighbors, rows, index}).toTensor();
+  };
+  auto check_features = [&s](const at::Tensor& out, std::int64_t n, int k) {
+    if (out.dim() < 1 || out.size(0) != n || out.scalar_type() != s.dtype) {
+      throw kvmap::ValueError("the model's stage(" + std::to_string(k) +
+                              ", ...) must return one row of features per atom of the chunk, "
+                              "in the model's dtype");
+    }
+  };
+  // Forward: the features of each layer before the last (with gradients) or of every layer.
+  std::vector<at::Tensor> rows(s.layers);  // rows[k]: layer k's features, atoms then ghosts
+  at::Tensor energies;
+  for (int k = 0; k <= (gradients ? last - 1 : last); ++k) {
+    const at::Tensor previous = k ? rows[k - 1] : none;
+    auto layer = [&, k](const at::Tensor& d, const at::Tensor& mask, const at::Tensor& neighbors,
+                        const at::Tensor& index) {
+      at::NoGradGuard no_grad;
+      at::Tensor out = call(k, d.to(s.dtype), mask, neighbors, previous, index);
+      if (k == last) {
+        check_per_atom(out, d.size(0));
+        return out.to(at::kDouble);
+      }
+      check_features(out, d.size(0), k);
+      return out;
+    };
+    at::Tensor out = kvmap::map_batches(layer, options)(*s.env_view, *s.mask_view,
+                                                        *s.neighbors_view, *s.index_view)
+                         .local();
+    if (k == last) return {out, at::Tensor()};
+    std::vector<std::int64_t> shape = out.sizes().vec();
+    shape[0] = s.owned + s.ghosts;
+    rows[k] = at::empty(shape, out.options());
+    rows[k].narrow(0, 0, s.owned).copy_(out);
+    exchange.forward_(rows[k]);
+  }
+  // Backward, layer by layer: dE/dd summed over the layers.
+  at::Tensor g_total, seed;  // seed: dE / layer k's features of the rank's atoms
+  for (int k = last; k >= 0; --k) {
+    const at::Tensor previous = k ? rows[k - 1] : none;
+    at::Tensor g_rows = k ? at::zeros_like(previous) : at::Tensor();
+    std::mutex g_rows_mutex;  // chunks in flight add to it
+    // Layer k of a chunk under autograd: its output and the gradient of <output, seed>.
+    auto backward = [&, k](const at::Tensor& d, const at::Tensor& mask, const at::Tensor& neighbors,
+                           const at::Tensor& index) {
+      const auto t0 = Clock::now();
+      at::AutoGradMode grad_mode(true);
+      at::Tensor x = d.to(s.dtype).detach().requires_grad_(true);
+      at::Tensor r = k ? previous.detach().requires_grad_(true) : none;
+      at::Tensor out = call(k, x, mask, neighbors, r, index);
+      if (k == last)
+        check_per_atom(out, d.size(0));
+      else
+        check_features(out, d.size(0), k);
+      add(s.model_seconds, seconds_since(t0));
+      const auto t1 = Clock::now();
+      const at::Tensor grad_out = k == last ? at::ones_like(out) : seed.index_select(0, index);
+      std::vector<at::Tensor> inputs{x};
+      if (k) inputs.push_back(r);
+      const auto grads = torch::autograd::grad({out}, inputs, {grad_out}, /*retain_graph=*/false,
+                                               /*create_graph=*/false, /*allow_unused=*/true);
+      if (k && grads[1].defined()) {
+        const std::lock_guard<std::mutex> lock(g_rows_mutex);
+        g_rows.add_(grads[1]);
+      }
+      at::Tensor g = grads[0].defined() ? grads[0].to(at::kDouble)
+                                        : at::zeros(x.sizes(), x.options().dtype(at::kDouble));
+      add(s.gradient_seconds, seconds_since(t1));
+      return std::make_tuple(out.detach().to(at::kDouble), g);
+    };
+    auto [out, g] = kvmap::map_batches(backward, options)(*s.env_view, *s.mask_view,
+                                                          *s.neighbors_view, *s.index_view);
+    if (k == last) energies = out.local();
+    g_total = g_total.defined() ? g_total.add_(g.local()) : g.local();
+    if (k) seed = exchange.reverse(g_rows).narrow(0, 0, s.owned);
+  }
+  return {energies, g_total};
+}
+
 // Runs the model on the environments: kvmap::map_batches over the DistViews, or (mode
 // direct) the module called on one tensor over the whole array, chunked the same way; a
-// message-passing model on all atoms at once (run_message_passing).
+// message-passing model on all atoms at once (run_message_passing) or in chunks, layer by
+// layer (run_stages).
 // Returns per-atom energies [atoms] and, with `gradients`, dE/dd [atoms, width, 3].
 std::tuple<at::Tensor, at::Tensor> run_model(ForceKvmap::State& s, bool gradients) {
+  if (s.staged) return run_stages(s, gradients);
   if (s.message_passing) return run_message_passing(s, gradients);
   auto call = [&s, gradients](const at::Tensor& d, const at::Tensor& mask) {
     const auto t0 = Clock::now();
@@ -447,11 +564,24 @@ ForceKvmap::ForceKvmap(char** args, System* system, bool half_neigh)
       s.dtype = model_dtype(s.model);
       s.message_passing =
           s.model.hasattr("message_passing") && s.model.attr("message_passing").toBool();
-      if (s.message_passing && (s.chunk || s.concurrency != 1 || s.direct)) {
+      s.staged = s.message_passing && (s.chunk || s.concurrency != 1);
+      if (s.message_passing && s.direct) {
         error =
-            "a message-passing model runs on all of a rank's atoms at once (its layers exchange "
-            "ghost features, a collective step between layers): `chunk`, `concurrency` and "
-            "`mode direct` apply to per-atom models only";
+            "`mode direct` applies to per-atom models only (a message-passing model's "
+            "layers exchange ghost features, a collective step between layers)";
+      } else if (s.staged && s.ghost_layers) {
+        error =
+            "`chunk` and `concurrency` run a message-passing model in exchange mode only "
+            "(ghosts mode calls it once on all atoms and ghosts)";
+      } else if (s.staged &&
+                 !(s.model.find_method("stage") && s.model.hasattr("layers") &&
+                   s.model.attr("layers").isInt() && s.model.attr("layers").toInt() >= 1)) {
+        error =
+            "`chunk` and `concurrency` run a message-passing model layer by layer, split at "
+            "its exchanges: the model needs an int attribute `layers` and a method "
+            "stage(k: int, d, mask, neighbors, rows, index) -> Tensor (docs/models.md)";
+      } else if (s.staged) {
+        s.layers = static_cast<int>(s.model.attr("layers").toInt());
       }
       if (s.ghost_layers && !s.message_passing) {
         error = "`ghosts " + std::to_string(s.ghost_layers) +
@@ -550,6 +680,10 @@ T_F_FLOAT ForceKvmap::compute_energy(System* system, Binning*, Neighbor* neighbo
 
 const char* ForceKvmap::name() {
   if (state_->ghost_layers) return "ForceKvmap (message passing, ghosts mode: layers on ghosts)";
+  if (state_->staged) {
+    return "ForceKvmap (message passing in chunks: layer by layer, kvmap::map_batches and "
+           "kvmap::GhostExchange)";
+  }
   if (state_->message_passing) return "ForceKvmap (message passing, kvmap::GhostExchange)";
   return state_->direct ? "ForceKvmap (direct model call)" : "ForceKvmap (kvmap::map_batches)";
 }

@@ -19,7 +19,10 @@
 // (neighbors: [atoms, width] int64, each neighbour's row among the rank's atoms then its
 // ghosts; ghosts: int, the ghost count; plan: int, a kvmap::GhostExchange handle over those
 // rows, rebuilt at ExaMiniMD's neighbour-list rebuilds) and calls
-// torch.ops.kvmap.ghost_exchange between its layers; it runs on all of a rank's atoms at once.
+// torch.ops.kvmap.ghost_exchange between its layers; it runs on all of a rank's atoms at once,
+// or, with `chunk` or `concurrency`, layer by layer in chunks through its method
+// stage(k, d, mask, neighbors, rows, index) (layer k + 1 of a chunk from layer k's features of
+// every row; `layers` of them), the exchange between layers run by the pair style.
 // `ghosts L` runs it instead in ghosts mode, for comparison: ExaMiniMD's ghost shell is L x
 // cutoff (+ skin) deep, the rows are the atoms then the ghosts (neighbour lists over both,
 // shell_neighbors.h), the plan is -1 and the model, computing its layers on every row, returns
@@ -51,19 +54,19 @@ class ForceKvmap : public Force {
   // Seconds spent in each phase of compute() since the start, summed over calls (the model
   // and its gradients summed over chunks, also when several run at once).
   struct Timings {
-    double environments = 0;  // building the padded environments (Kokkos kernel)
-    double agreement = 0;     // the width and layout agreement (MPI_Allreduce) and adoption
-    double model = 0;         // the model's forward passes
-    double gradients = 0;     // autograd of the energies with respect to the displacements
-    double mapping = 0;       // the whole kvmap::map_batches (or direct) call
-    double scatter = 0;       // forces to atoms and ghosts (Kokkos kernel with atomics)
-    double ghost_plan = 0;    // building the ghost exchange's plans (message passing)
-    long ghost_plans = 0;     // plans built (at neighbour-list rebuilds)
+    double environments = 0;    // building the padded environments (Kokkos kernel)
+    double agreement = 0;       // the width and layout agreement (MPI_Allreduce) and adoption
+    double model = 0;           // the model's forward passes
+    double gradients = 0;       // autograd of the energies with respect to the displacements
+    double mapping = 0;         // the whole kvmap::map_batches (or direct) call
+    double scatter = 0;         // forces to atoms and ghosts (Kokkos kernel with atomics)
+    double ghost_plan = 0;      // building the ghost exchange's plans (message passing)
+    long ghost_plans = 0;       // plans built (at neighbour-list rebuilds)
     double ghost_exchange = 0;  // in the ghost exchange's calls (forward and reverse)
     long ghost_exchanges = 0;   // ... how many
-    double shell_lists = 0;   // ghosts mode: building neighbour lists over atoms and ghosts
-    long shell_builds = 0;    // ... how many times
-    long calls = 0;           // compute() calls
+    double shell_lists = 0;     // ghosts mode: building neighbour lists over atoms and ghosts
+    long shell_builds = 0;      // ... how many times
+    long calls = 0;             // compute() calls
   };
   const Timings& timings() const;
   // The padded neighbour width every rank uses now.

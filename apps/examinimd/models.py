@@ -10,9 +10,10 @@
         layers with fixed random weights (a radial descriptor of each atom's own environment,
         then messages from its neighbours' features of that layer, whose ghost rows come
         through torch.ops.kvmap.ghost_exchange). Writes <out prefix>.pt (float32) and
-        <out prefix>64.pt (float64), and <out prefix>-noplan.pt, a per-atom model that calls
-        the operator with a handle of no plan (for the error tests). Needs kvmap's Python
-        package (its import registers the operator).
+        <out prefix>64.pt (float64); for the error tests <out prefix>-noplan.pt, a per-atom
+        model that calls the operator with a handle of no plan, and <out prefix>-nostage.pt,
+        the model without its `stage` method (which pair_style kvmap's chunks need). Needs
+        kvmap's Python package (its import registers the operator).
     python3 models.py bad <out.pt>
         A model whose output is per neighbour pair, not per atom (for the error tests).
     python3 models.py train <data prefix> <out prefix> [--cutoff C] [--steps N] [--seed S]
@@ -28,7 +29,9 @@ Every model maps (d: [atoms, width, 3] displacements to the neighbours, mask: [a
 bool) to [atoms] energies; padded neighbours have mask False. A message-passing model (one
 with a `message_passing` attribute) also takes (neighbors: [atoms, width] int64, each
 neighbour's row among the rank's atoms then its ghosts; ghosts: int, the ghost rows; plan: int,
-the handle of the kvmap.GhostExchange over those rows).
+the handle of the kvmap.GhostExchange over those rows); to run in chunks it has a `layers`
+attribute and a method stage(k, d, mask, neighbors, rows, index) computing layer k + 1 on a
+chunk of atoms from layer k's features of every row (docs/models.md).
 """
 import argparse
 import glob
@@ -128,9 +131,17 @@ class MessagePassing(torch.nn.Module):
                          torch.zeros_like(r))
         return torch.exp(-self.eta * (r.unsqueeze(-1) - self.centers) ** 2) * fc.unsqueeze(-1)
 
+    def layer1(self, b):
+        return torch.tanh(self.embed(b.sum(1)))                  # [rows, features]
+
+    def layer2(self, d, mask, b, h, rows, neighbors):
+        m = (self.filter(b) * rows[neighbors]).sum(1)            # messages from the neighbours
+        e = self.out(torch.cat([h, m], -1)).squeeze(-1)
+        return self.lj(d, mask).to(e.dtype) + self.scale * e
+
     def forward(self, d, mask, neighbors, ghosts: int, plan: int):
         b = self.basis(d, mask)                                  # [rows, width, basis]
-        h = torch.tanh(self.embed(b.sum(1)))                     # layer 1: [rows, features]
+        h = self.layer1(b)                                       # layer 1
         if plan >= 0:
             rows = torch.cat([h, h.new_zeros([ghosts, h.shape[1]])])  # the ghost rows to fill
             rows = torch.ops.kvmap.ghost_exchange(rows, plan)         # ... from their owners
@@ -139,9 +150,35 @@ class MessagePassing(torch.nn.Module):
             atoms = d.shape[0] - ghosts
             d, mask, neighbors = d[:atoms], mask[:atoms], neighbors[:atoms]
             b, h = b[:atoms], h[:atoms]
-        m = (self.filter(b) * rows[neighbors]).sum(1)            # layer 2: messages
-        e = self.out(torch.cat([h, m], -1)).squeeze(-1)
-        return self.lj(d, mask).to(e.dtype) + self.scale * e
+        return self.layer2(d, mask, b, h, rows, neighbors)      # layer 2
+
+    @torch.jit.export
+    def stage(self, k: int, d, mask, neighbors, rows, index):
+        """Layer k + 1 on a chunk of the rank's atoms (pair_style kvmap with `chunk` or
+        `concurrency`): d, mask, neighbors are the chunk's, index its atoms' rows; rows holds
+        layer k's features of every row (the rank's atoms, then its ghosts, filled by the
+        exchange), empty for k = 0. Returns the chunk's features (k = 0) or energies (k = 1)."""
+        b = self.basis(d, mask)
+        if k == 0:
+            return self.layer1(b)
+        return self.layer2(d, mask, b, rows.index_select(0, index), rows, neighbors)
+
+
+class Unstaged(torch.nn.Module):
+    """A message-passing model without a `stage` method (for the error tests): it runs whole,
+    not in chunks."""
+
+    message_passing: bool
+    layers: int
+
+    def __init__(self, model):
+        super().__init__()
+        self.message_passing = True
+        self.layers = model.layers
+        self.model = model
+
+    def forward(self, d, mask, neighbors, ghosts: int, plan: int):
+        return self.model(d, mask, neighbors, ghosts, plan)
 
 
 class NoPlan(torch.nn.Module):
@@ -197,6 +234,7 @@ def write_mp(args):
     double.load_state_dict({k: v.double() for k, v in model.state_dict().items()})
     torch.jit.script(double.eval()).save(args.out + "64.pt")
     torch.jit.script(NoPlan()).save(args.out + "-noplan.pt")
+    torch.jit.script(Unstaged(model)).save(args.out + "-nostage.pt")
     parameters = sum(p.numel() for p in model.parameters())
     print("models: wrote %s.pt (float32) and %s64.pt (float64): Lennard-Jones plus two "
           "message-passing layers, %d fixed random parameters (seed %d)"
