@@ -388,8 +388,10 @@ std::tuple<at::Tensor, at::Tensor> run_stages(ForceKvmap::State& s, bool gradien
     const at::Tensor previous = k ? rows[k - 1] : none;
     auto layer = [&, k](const at::Tensor& d, const at::Tensor& mask, const at::Tensor& neighbors,
                         const at::Tensor& index) {
+      const auto t0 = Clock::now();
       at::NoGradGuard no_grad;
       at::Tensor out = call(k, d.to(s.dtype), mask, neighbors, previous, index);
+      if (gradients) add(s.model_seconds, seconds_since(t0));  // timed in compute() only
       if (k == last) {
         check_per_atom(out, d.size(0));
         return out.to(at::kDouble);
