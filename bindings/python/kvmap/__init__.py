@@ -32,7 +32,7 @@ if _major_minor(_torch.__version__) != _major_minor(_build.TORCH_VERSION):
                       "rebuild kvmap against it (pip install --force-reinstall --no-deps kvmap, "
                       "or reconfigure the CMake build)" % (_build.TORCH_VERSION, _torch.__version__))
 
-from . import _comms, _kvmap  # noqa: E402
+from . import _comms, _compile, _kvmap  # noqa: E402
 from ._kvmap import (Closeness, DistView, Error, GhostExchange, RemoteError, build_info, check_close,  # noqa: E402
                      chunk_rows, from_heat, host_allocator_usage, install_host_allocator,
                      uninstall_host_allocator, version)
@@ -183,11 +183,16 @@ def nrm2(x):
 
 
 def stats():
-    return _kvmap._stats()
+    """Counters since start (or reset_stats()): the C++ runtime's, and compile=...'s
+    (compilations, compile_seconds, compile_fallbacks)."""
+    s = _kvmap._stats()
+    s.update(_compile.counters())
+    return s
 
 
 def reset_stats():
     _kvmap._reset_stats()
+    _compile.reset_counters()
 
 
 def _numpy(self):

@@ -3,7 +3,7 @@ that are already batch-aware, and kvmap.map_overlap (Dask's) for functions of a 
 neighbours' rows; all run kvmap's C++ core."""
 import numbers
 
-from . import _kvmap
+from . import _compile, _kvmap
 
 
 def _out_dims(who, out_dims):
@@ -43,7 +43,7 @@ def _mapped(who, func, out_dims, randomness, chunk_size, memory_budget, pad_to_c
 
 
 
-def vmap(func, out_dims=0, randomness="error", *, chunk_size=None, memory_budget=None):
+def vmap(func, out_dims=0, randomness="error", *, chunk_size=None, memory_budget=None, compile=False):
     """Vectorizes ``func``, written for one sample, over the split axis of DistViews.
 
     The result takes DistViews positionally (anything else positional: TypeError), passes
@@ -55,13 +55,33 @@ def vmap(func, out_dims=0, randomness="error", *, chunk_size=None, memory_budget
     GPU's free memory). A chunk whose ``func`` runs out of memory (``MemoryError``,
     ``torch.OutOfMemoryError``) runs again as two halves. ``func`` may be a TorchScript
     module (``torch.jit.script``).
+
+    ``compile=True`` (or a dict of ``torch.compile`` options) runs each chunk as
+    ``torch.compile(torch.func.vmap(func))``, compiled at the first call and reused by every
+    chunk and call (torch's guards compile again for a new shape or dtype; a shorter last
+    chunk makes the batch dimension dynamic once). Not with ``randomness`` "same" or
+    "different". Where torch cannot compile ``func``, it runs eagerly after one warning.
+    ``kvmap.stats()`` counts ``compilations``, ``compile_seconds`` and ``compile_fallbacks``.
     """
     if not isinstance(randomness, str):
         raise ValueError("kvmap.vmap: randomness must be 'error', 'same' or 'different', got %r" % (randomness,))
-    return _mapped("kvmap.vmap", func, out_dims, randomness, chunk_size, memory_budget, False, False)
+    compile_options = _compile.options("kvmap.vmap", compile)
+    if compile_options is not None and randomness != "error":
+        raise ValueError("kvmap.vmap: compile=... is for randomness='error' only, got randomness=%r: "
+                         "kvmap's per-sample random values (the same for any ranks and chunk size) "
+                         "are not drawn inside a compiled function" % (randomness,))
+    if compile_options is None or _compile.available() is not None:
+        mapped = _mapped("kvmap.vmap", func, out_dims, randomness, chunk_size, memory_budget, False, False)
+        if compile_options is not None:
+            _compile.warn_unavailable("kvmap.vmap")
+        return mapped
+    _mapped("kvmap.vmap", func, out_dims, randomness, chunk_size, memory_budget, False, True)  # checks
+    return _compile.CompiledVmap(
+        func, lambda local: _mapped("kvmap.vmap", local, out_dims, randomness, chunk_size, memory_budget,
+                                    False, True), compile_options)
 
 
-def map_batches(func, out_dims=0, *, chunk_size=None, memory_budget=None, pad_to_chunk=False):
+def map_batches(func, out_dims=0, *, chunk_size=None, memory_budget=None, pad_to_chunk=False, compile=False):
     """Runs ``func``, already batch-aware, on each chunk of the split axis of DistViews.
 
     As ``vmap``, but ``func`` receives each chunk's tensors as plain tensors with the batch
@@ -72,8 +92,15 @@ def map_batches(func, out_dims=0, *, chunk_size=None, memory_budget=None, pad_to
     ``pad_to_chunk=True`` (with a ``chunk_size``) gives ``func`` exactly ``chunk_size`` rows
     every time, for programs compiled for one shape: the last chunk is padded with copies of
     its last row, ``kvmap.chunk_rows()`` says how many rows are real, the padding's outputs
-    are dropped.
+    are dropped. ``compile=True`` (or a dict of ``torch.compile`` options) runs
+    ``torch.compile(func)`` on the chunks, as in ``vmap``.
     """
+    compile_options = _compile.options("kvmap.map_batches", compile)
+    if compile_options is not None and callable(func):
+        if _compile.available() is not None:
+            _compile.warn_unavailable("kvmap.map_batches")
+        else:
+            func = _compile.Compiled("kvmap.map_batches", func, compile_options)
     return _mapped("kvmap.map_batches", func, out_dims, "error", chunk_size, memory_budget, pad_to_chunk,
                    True)
 
