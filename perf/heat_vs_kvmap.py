@@ -9,7 +9,7 @@
     /usr/bin/python3 perf/plot.py hk-1rank.json hk-2ranks.json --out figures/   # heat_vs_kvmap.png
 
 Options: --sizes 16,1024,100000 (samples per rank), --chunk-size 256, --quick (few
-repetitions: a smoke test), --target-s, --min-reps, --max-reps.
+repetitions: a smoke test), --target-s, --min-reps, --max-reps, --no-compile.
 
 Each rank draws its local batch of 64-feature float32 samples, makes a Heat DNDarray of it
 (split 0) and a kvmap DistView sharing that very memory (``kvmap.from_heat``). The function,
@@ -18,7 +18,10 @@ rank). Contenders, unchunked and, where the batch exceeds it, with ``chunk_size`
 ``heat.vmap``, ``kvmap.vmap`` on the DistView and on the DNDarray itself (the drop-in), raw
 functorch driven from Python (functorch's entry points, the floor of any vmap there) and
 ``torch.vmap`` on the local tensor, and the direct batched
-call ``torch.tanh(x.larray @ W).sum(-1)``. Before anything is timed every contender's local
+call ``torch.tanh(x.larray @ W).sum(-1)``; where torch has ``torch.compile`` (unless
+--no-compile), ``kvmap.vmap(f, compile=True)`` and ``torch.compile`` of the direct call, their
+first call (the compilation, every rank, the slowest rank's time) reported apart as
+first_call_s and never timed with the calls. Before anything is timed every contender's local
 result is checked against the direct call (allclose); a mismatch on any rank ends the run
 on every rank with exit status 1.
 
@@ -64,6 +67,9 @@ import kvmap
 FEATURES = 64
 CONTENDERS = ("heat.vmap", "kvmap.vmap", "kvmap.vmap (DNDarray)", "raw functorch (local)",
               "torch.vmap (local)", "direct batched")
+# With --compile (the default where torch has torch.compile): compiled once per case, the
+# compilation timed apart on the first call, never inside the timed calls.
+COMPILED = ("kvmap.vmap (compile)", "torch.compile (direct batched)")
 
 
 def f(xi, W=None):
@@ -91,6 +97,16 @@ def raw_functorch(func, chunk_size):
         return torch.cat([one(c, **kwargs) for c in local.split(chunk_size)])
 
     return mapped
+
+
+def make_compiled_calls(d, W, chunk_size):
+    kvmap_c = kvmap.vmap(f, chunk_size=chunk_size, compile=True)
+    direct_c = torch.compile(lambda local, W: torch.tanh(local @ W).sum(-1))
+    local = d.larray
+    return {
+        "kvmap.vmap (compile)": lambda: kvmap_c(d, W=W)[0].larray,
+        "torch.compile (direct batched)": lambda: direct_c(local, W),
+    }
 
 
 def make_calls(x, d, W, chunk_size):
@@ -272,6 +288,8 @@ def main():
     ap.add_argument("--min-reps", type=int, default=None, help="default 7 (--quick: 3)")
     ap.add_argument("--max-reps", type=int, default=None, help="default 1000 (--quick: 20)")
     ap.add_argument("--case", default="vmap,overlap", help="vmap, overlap or both (default)")
+    ap.add_argument("--no-compile", action="store_true",
+                    help="leave out the torch.compile contenders (compile: %s)" % ", ".join(COMPILED))
     ap.add_argument("--overlap-elements", default="1048576",
                     help="grid elements per rank of the overlap cases (e.g. 1048576,67108864)")
     args = ap.parse_args()
@@ -288,6 +306,7 @@ def main():
 
     comm = MPI.COMM_WORLD
     rank, ranks = comm.rank, comm.size
+    compiling = not args.no_compile and hasattr(torch, "compile")
     W = torch.randn(FEATURES, FEATURES, generator=torch.Generator().manual_seed(0))
     meta = {
         "scenario": "heat_vs_kvmap", "function": "tanh(x @ W).sum()", "features": FEATURES,
@@ -313,9 +332,23 @@ def main():
             sys.exit(1)
         for chunk_size in [None] + ([args.chunk_size] if batch > args.chunk_size else []):
             calls = make_calls(x, d, W, chunk_size)
+            compile_s = {}
+            if compiling:
+                for name, call in make_compiled_calls(d, W, chunk_size).items():
+                    comm.Barrier()
+                    start = time.perf_counter()
+                    call()  # compiles (every rank), outside the timed calls
+                    compile_s[name] = comm.allreduce(time.perf_counter() - start, op=MPI.MAX)
+                    calls[name] = call
+                    records.append(dict(meta, contender=name, batch=batch, global_batch=batch * ranks,
+                                        chunked=chunk_size is not None, chunk_size=chunk_size,
+                                        first_call_s=compile_s[name]))
+                    if rank == 0:
+                        print("%10d %7s  %-20s first call (compiles): %s"
+                              % (batch, chunk_size or "-", name, fmt(compile_s[name])), flush=True)
             check_or_exit(comm, calls, x, W, "batch %d, chunk_size %s" % (batch, chunk_size))
             result = measure(comm, calls, args)
-            for name in CONTENDERS:
+            for name in CONTENDERS + (COMPILED if compiling else ()):
                 med, lo, reps = result[name]
                 records.append(dict(meta, contender=name, batch=batch, global_batch=batch * ranks,
                                     chunked=chunk_size is not None, chunk_size=chunk_size,
