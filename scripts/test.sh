@@ -4,6 +4,8 @@
 #   scripts/test.sh --asan           # C++ tests under ASan + UBSan at 1 and 3 ranks
 #   scripts/test.sh --fuzz           # the libFuzzer target (clang), 60 s from the seed corpus
 #   scripts/test.sh --torch2         # LibTorch 2.x from PyPI's torch wheel (C++20), all tests
+#                                    # but those the default run covers alike (the Python
+#                                    # tests at 4 ranks, the fault-after-agreement aborts)
 #   scripts/test.sh --mpich          # against Debian's MPICH and Debian's binary Kokkos 3.4.01
 #                                    # (libtrilinos-kokkos-dev, Serial only) as C++20: C++ tests
 #                                    # at 1 and 3 ranks, the install test, Python tests with mpi4py
@@ -11,13 +13,14 @@
 #                                    # cannot be built)
 #   scripts/test.sh --pip [ranks]    # pip wheel (Kokkos inside), the user's venv, Python tests, uninstall
 #   scripts/test.sh --cuda-compile   # compile only, no GPU needed: libkvmap, the CudaSpace
-#                                    # test executable, the examples, kvmap-perf and the Python
-#                                    # extension against Kokkos
+#                                    # test executable, the Quick start and ML-potential
+#                                    # examples, kvmap-perf and the Python extension against Kokkos
 #                                    # 4.6.01 with the CUDA backend (nvcc >= 12 on PATH; built
 #                                    # patched for CUDA 13) and the torch2 venv's CUDA torch
 #                                    # wheel; fails on any warning; runs nothing
 #   scripts/test.sh --hip-compile    # compile only, no GPU needed: libkvmap, the HIPSpace test
-#                                    # executable and the examples with Debian's hipcc against
+#                                    # executable and the Quick start and ML-potential examples
+#                                    # with Debian's hipcc against
 #                                    # Kokkos 4.6.01 with the HIP backend and Debian's CPU
 #                                    # LibTorch (KVMAP_GPU_COMPILE_ONLY); runs nothing
 #   scripts/test.sh --forced-kernels [--torch2]
