@@ -8,22 +8,27 @@
         perf/heat_vs_kvmap.py --json hk-2ranks.json
     /usr/bin/python3 perf/plot.py hk-1rank.json hk-2ranks.json --out figures/   # heat_vs_kvmap.png
 
-Options: --sizes 16,1024,100000 (samples per rank), --chunk-size 256, --quick (few
-repetitions: a smoke test), --target-s, --min-reps, --max-reps, --no-compile.
+Options: --sizes 16,1024,100000 (samples per rank), --chunk-size 256, --function tanh|pointwise,
+--quick (few repetitions: a smoke test), --target-s, --min-reps, --max-reps, --no-compile.
 
-Each rank draws its local batch of 64-feature float32 samples, makes a Heat DNDarray of it
-(split 0) and a kvmap DistView sharing that very memory (``kvmap.from_heat``). The function,
-written for one sample, is ``f(x) = tanh(x @ W).sum()`` with W 64x64 (the same seed on every
-rank). Contenders, unchunked and, where the batch exceeds it, with ``chunk_size``:
-``heat.vmap``, ``kvmap.vmap`` on the DistView and on the DNDarray itself (the drop-in), raw
-functorch driven from Python (functorch's entry points, the floor of any vmap there) and
-``torch.vmap`` on the local tensor, and the direct batched
-call ``torch.tanh(x.larray @ W).sum(-1)``; where torch has ``torch.compile`` (unless
---no-compile), ``kvmap.vmap(f, compile=True)`` and ``torch.compile`` of the direct call, their
-first call (the compilation, every rank, the slowest rank's time) reported apart as
-first_call_s and never timed with the calls. Before anything is timed every contender's local
-result is checked against the direct call (allclose); a mismatch on any rank ends the run
-on every rank with exit status 1.
+Each rank draws its local batch of float32 samples, makes a Heat DNDarray of it (split 0) and a
+kvmap DistView sharing that very memory (``kvmap.from_heat``). The function, written for one
+sample, is ``f(x) = tanh(x @ W).sum()`` on 64 features with W 64x64 (the same seed on every
+rank), or with --function pointwise ``(sigmoid(1.5 sin x + 0.25) cos x).sum()`` on 256 features
+(six elementwise operations: what a fused kernel reads once). Contenders, unchunked and, where
+the batch exceeds it, with ``chunk_size``: ``heat.vmap``, ``kvmap.vmap`` on the DistView and on
+the DNDarray itself (the drop-in), raw functorch driven from Python (functorch's entry points,
+the floor of any vmap there) and ``torch.vmap`` on the local tensor, and the direct batched call
+(f written for the batch on ``x.larray``); where torch has ``torch.compile`` (unless
+--no-compile): ``kvmap.vmap(f, compile=True)`` (torch.compile; chunked, the shorter last chunk
+makes the batch dimension dynamic), the same padded to the chunk size (``kvmap.map_batches`` of
+``torch.func.vmap(f)`` with ``pad_to_chunk=True, compile=True``: one static shape),
+``kvmap.vmap(f, compile="trace")`` (traced once, Inductor's program called without Dynamo's
+guards; chunks padded) and ``torch.compile`` of the direct call, their first call (the
+compilation, every rank, the slowest rank's time) reported apart as first_call_s and never timed
+with the calls. Before anything is timed every contender's local result is checked against
+float64 within the function's rounding bound; a mismatch on any rank ends the run on every rank
+with exit status 1.
 
 Timing: warm-up calls give a per-call estimate; the repetitions (the same on every rank)
 are enough for about --target-s per contender, within [--min-reps, --max-reps]. In each
@@ -64,17 +69,50 @@ from mpi4py import MPI
 import heat as ht
 import kvmap
 
-FEATURES = 64
 CONTENDERS = ("heat.vmap", "kvmap.vmap", "kvmap.vmap (DNDarray)", "raw functorch (local)",
               "torch.vmap (local)", "direct batched")
-# With --compile (the default where torch has torch.compile): compiled once per case, the
-# compilation timed apart on the first call, never inside the timed calls.
-COMPILED = ("kvmap.vmap (compile)", "torch.compile (direct batched)")
+# Where torch has torch.compile (unless --no-compile): compiled once per case, the compilation
+# timed apart on the first call, never inside the timed calls. The padded one only chunked.
+COMPILED = ("kvmap.vmap (compile)", "kvmap.vmap (compile, padded)", "kvmap.vmap (trace)",
+            "torch.compile (direct batched)")
 
 
 def f(xi, W=None):
     """One sample: xi has shape (64,)."""
     return torch.tanh(xi @ W).sum()
+
+
+def tanh_reference(x64, W):
+    """tanh(x @ W).sum(-1) in float64 and its rounding bound: a K-term dot product per unit,
+    whose error tanh passes on scaled by 1 - t^2 and rounds (4), then an N-term sum."""
+    w64 = W.double()
+    t = torch.tanh(x64 @ w64)
+    magnitudes = ((1 - t * t) * (x64.abs() @ w64.abs())).sum(-1) + t.abs().sum(-1)
+    return t.sum(-1), W.shape[0] + W.shape[1] + 4, magnitudes
+
+
+def f_pointwise(xi):
+    """One sample of 256 features: six elementwise operations, then a sum."""
+    return (torch.sigmoid(torch.sin(xi) * 1.5 + 0.25) * torch.cos(xi)).sum()
+
+
+def pointwise_reference(x64, W):
+    """The pointwise f in float64 and its bound: each term's six operations err by a few units
+    in the last place of quantities at most 1.75 in size, passed on with factors at most 1.5
+    (sigmoid's slope is at most 1/4): within 16 unit roundoffs of 1 per term; the N-term sum
+    adds gamma_N sum|term|."""
+    terms = torch.sigmoid(torch.sin(x64) * 1.5 + 0.25) * torch.cos(x64)
+    return terms.sum(-1), x64.shape[-1] + 16, (1 + terms.abs()).sum(-1)
+
+
+# name: (label, features, f for one sample, f for the batch, whether f takes W, float64 reference)
+FUNCTIONS = {
+    "tanh": ("tanh(x @ W).sum()", 64, f, lambda local, **kw: torch.tanh(local @ kw["W"]).sum(-1), True,
+             tanh_reference),
+    "pointwise": ("(sigmoid(1.5 sin x + 0.25) cos x).sum()", 256, f_pointwise,
+                  lambda local: (torch.sigmoid(torch.sin(local) * 1.5 + 0.25) * torch.cos(local)).sum(-1),
+                  False, pointwise_reference),
+}
 
 
 def raw_functorch(func, chunk_size):
@@ -99,41 +137,45 @@ def raw_functorch(func, chunk_size):
     return mapped
 
 
-def make_compiled_calls(d, W, chunk_size):
-    kvmap_c = kvmap.vmap(f, chunk_size=chunk_size, compile=True)
-    direct_c = torch.compile(lambda local, W: torch.tanh(local @ W).sum(-1))
+def make_compiled_calls(d, fn, kw, chunk_size):
+    _, _, one, batched, _, _ = fn
+    kvmap_c = kvmap.vmap(one, chunk_size=chunk_size, compile=True)
+    kvmap_t = kvmap.vmap(one, chunk_size=chunk_size, compile="trace")
+    direct_c = torch.compile(batched)
     local = d.larray
-    return {
-        "kvmap.vmap (compile)": lambda: kvmap_c(d, W=W)[0].larray,
-        "torch.compile (direct batched)": lambda: direct_c(local, W),
+    calls = {
+        "kvmap.vmap (compile)": lambda: kvmap_c(d, **kw)[0].larray,
+        "kvmap.vmap (trace)": lambda: kvmap_t(d, **kw)[0].larray,
+        "torch.compile (direct batched)": lambda: direct_c(local, **kw),
     }
+    if chunk_size is not None:
+        padded = kvmap.map_batches(torch.func.vmap(one, in_dims=0), chunk_size=chunk_size, pad_to_chunk=True,
+                                   compile=True)
+        calls["kvmap.vmap (compile, padded)"] = lambda: padded(d, **kw)[0].larray
+    return calls
 
 
-def make_calls(x, d, W, chunk_size):
-    heat_f = ht.vmap(f, chunk_size=chunk_size)
-    kvmap_f = kvmap.vmap(f, chunk_size=chunk_size)
-    torch_f = torch.vmap(f, chunk_size=chunk_size)
-    raw_f = raw_functorch(f, chunk_size)
+def make_calls(x, d, fn, kw, chunk_size):
+    _, _, one, batched, _, _ = fn
+    heat_f = ht.vmap(one, chunk_size=chunk_size)
+    kvmap_f = kvmap.vmap(one, chunk_size=chunk_size)
+    torch_f = torch.vmap(one, chunk_size=chunk_size)
+    raw_f = raw_functorch(one, chunk_size)
     local = x.larray
     return {
-        "heat.vmap": lambda: heat_f(x, W=W)[0].larray,
-        "kvmap.vmap": lambda: kvmap_f(d, W=W)[0].larray,
-        "kvmap.vmap (DNDarray)": lambda: kvmap_f(x, W=W)[0].larray,
-        "raw functorch (local)": lambda: raw_f(local, W=W),
-        "torch.vmap (local)": lambda: torch_f(local, W=W),
-        "direct batched": lambda: torch.tanh(local @ W).sum(-1),
+        "heat.vmap": lambda: heat_f(x, **kw)[0].larray,
+        "kvmap.vmap": lambda: kvmap_f(d, **kw)[0].larray,
+        "kvmap.vmap (DNDarray)": lambda: kvmap_f(x, **kw)[0].larray,
+        "raw functorch (local)": lambda: raw_f(local, **kw),
+        "torch.vmap (local)": lambda: torch_f(local, **kw),
+        "direct batched": lambda: batched(local, **kw),
     }
 
 
-def check_or_exit(comm, calls, x, W, what):
+def check_or_exit(comm, calls, x, fn, W, what):
     """Every contender's local result against float64, within the rounding bound of the
-    function (kvmap.check_close: tanh(x @ W) is a K-term dot product per unit, whose error
-    tanh passes on scaled by 1 - t^2 and rounds (4), then an N-term sum), agreed over ranks."""
-    x64, w64 = x.larray.double(), W.double()
-    t = torch.tanh(x64 @ w64)
-    exact = t.sum(-1)
-    magnitudes = ((1 - t * t) * (x64.abs() @ w64.abs())).sum(-1) + t.abs().sum(-1)
-    roundings = W.shape[0] + W.shape[1] + 4
+    function (kvmap.check_close, the function's reference and bound), agreed over ranks."""
+    exact, roundings, magnitudes = fn[5](x.larray.double(), W)
     bad = []
     for name, call in calls.items():
         verdict = kvmap.check_close(call(), exact, roundings=roundings, magnitudes=magnitudes)
@@ -288,6 +330,9 @@ def main():
     ap.add_argument("--min-reps", type=int, default=None, help="default 7 (--quick: 3)")
     ap.add_argument("--max-reps", type=int, default=None, help="default 1000 (--quick: 20)")
     ap.add_argument("--case", default="vmap,overlap", help="vmap, overlap or both (default)")
+    ap.add_argument("--function", default="tanh", choices=sorted(FUNCTIONS),
+                    help="the vmap case's f: tanh(x @ W).sum() on 64 features (default) or the "
+                         "pointwise chain on 256")
     ap.add_argument("--no-compile", action="store_true",
                     help="leave out the torch.compile contenders (compile: %s)" % ", ".join(COMPILED))
     ap.add_argument("--overlap-elements", default="1048576",
@@ -307,9 +352,12 @@ def main():
     comm = MPI.COMM_WORLD
     rank, ranks = comm.rank, comm.size
     compiling = not args.no_compile and hasattr(torch, "compile")
-    W = torch.randn(FEATURES, FEATURES, generator=torch.Generator().manual_seed(0))
+    fn = FUNCTIONS[args.function]
+    features = fn[1]
+    W = torch.randn(features, features, generator=torch.Generator().manual_seed(0))
+    kw = {"W": W} if fn[4] else {}
     meta = {
-        "scenario": "heat_vs_kvmap", "function": "tanh(x @ W).sum()", "features": FEATURES,
+        "scenario": "heat_vs_kvmap", "function": fn[0], "features": features,
         "dtype": "float32", "ranks": ranks, "torch": torch.__version__, "heat": ht.__version__,
         "kvmap": kvmap.__version__, "hostname": socket.gethostname(),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
@@ -321,9 +369,9 @@ def main():
               % (ranks, meta["omp_num_threads"], meta["torch"], meta["heat"], meta["kvmap"],
                  meta["hostname"], " (--quick: smoke test)" if args.quick else ""), flush=True)
         print("%10s %7s  %-20s %11s %11s %6s" % ("batch/rank", "chunk", "contender", "median", "min", "reps"))
-    records, summary = [], []
+    records, summary, over_direct = [], [], []
     for batch in (sizes if "vmap" in cases else []):
-        local = torch.randn(batch, FEATURES, generator=torch.Generator().manual_seed(1000 + rank))
+        local = torch.randn(batch, features, generator=torch.Generator().manual_seed(1000 + rank))
         x = ht.array(local, is_split=0)
         d = kvmap.from_heat(x)
         if not comm.allreduce(d.larray.data_ptr() == x.larray.data_ptr(), op=MPI.LAND):
@@ -331,10 +379,10 @@ def main():
                 print("heat_vs_kvmap: kvmap.from_heat copied the data", file=sys.stderr)
             sys.exit(1)
         for chunk_size in [None] + ([args.chunk_size] if batch > args.chunk_size else []):
-            calls = make_calls(x, d, W, chunk_size)
+            calls = make_calls(x, d, fn, kw, chunk_size)
             compile_s = {}
             if compiling:
-                for name, call in make_compiled_calls(d, W, chunk_size).items():
+                for name, call in make_compiled_calls(d, fn, kw, chunk_size).items():
                     comm.Barrier()
                     start = time.perf_counter()
                     call()  # compiles (every rank), outside the timed calls
@@ -346,9 +394,9 @@ def main():
                     if rank == 0:
                         print("%10d %7s  %-20s first call (compiles): %s"
                               % (batch, chunk_size or "-", name, fmt(compile_s[name])), flush=True)
-            check_or_exit(comm, calls, x, W, "batch %d, chunk_size %s" % (batch, chunk_size))
+            check_or_exit(comm, calls, x, fn, W, "batch %d, chunk_size %s" % (batch, chunk_size))
             result = measure(comm, calls, args)
-            for name in CONTENDERS + (COMPILED if compiling else ()):
+            for name in CONTENDERS + tuple(c for c in COMPILED if c in calls):
                 med, lo, reps = result[name]
                 records.append(dict(meta, contender=name, batch=batch, global_batch=batch * ranks,
                                     chunked=chunk_size is not None, chunk_size=chunk_size,
@@ -356,6 +404,8 @@ def main():
                 if rank == 0:
                     print("%10d %7s  %-20s %11s %11s %6d"
                           % (batch, chunk_size or "-", name, fmt(med), fmt(lo), reps), flush=True)
+            over_direct.append((batch, chunk_size, {n: result[n][0] / result["direct batched"][0]
+                                                    for n in ("kvmap.vmap",) + COMPILED if n in result}))
             kv, raw = result["kvmap.vmap"], result["raw functorch (local)"]
             summary.append((batch, chunk_size, result["heat.vmap"][0] / kv[0],
                             result["heat.vmap"][1] / kv[1], kv[0] - raw[0], kv[1] - raw[1]))
@@ -371,6 +421,14 @@ def main():
         for batch, chunk_size, med, lo, extra_med, extra_lo in summary:
             print("%10d %7s %9.2fx %9.2fx %14s %14s" % (batch, chunk_size or "-", med, lo, fmt(extra_med),
                                                          fmt(extra_lo)))
+    if rank == 0 and over_direct and compiling:
+        names = ("kvmap.vmap",) + COMPILED
+        print("\nTime over the direct batched call's (medians; < 1: faster than the eager direct call)")
+        print("%10s %7s " % ("batch/rank", "chunk") + " ".join("%16s" % n.replace("kvmap.vmap ", "")
+                                                                for n in names))
+        for batch, chunk_size, ratios in over_direct:
+            print("%10d %7s " % (batch, chunk_size or "-") + " ".join(
+                "%15.2fx" % ratios[n] if n in ratios else "%16s" % "-" for n in names))
     if "overlap" in cases:
         records += run_overlap(comm, args, meta)
     if rank == 0:

@@ -1,10 +1,22 @@
-"""kvmap.vmap / kvmap.map_batches with ``compile=``: the local (chunk) function compiled with
-``torch.compile`` once per callable, reused by every chunk and call; kvmap's collective steps
-stay outside it. Torch's guards decide when a new signature (shapes, dtypes, devices, the
-keyword arguments it guards on) compiles again; a batch length seen before in another size
-makes the batch dimension dynamic, so a shorter last chunk compiles once, not every call.
-Where torch cannot compile (no ``torch.compile``, a backend failure, no C++ compiler for
-Inductor), the eager function runs instead after one warning: never a wrong result."""
+"""kvmap.vmap / kvmap.map_batches with ``compile=``: the local (chunk) function compiled once and
+reused by every chunk and call; kvmap's collective steps stay outside it. Two runners:
+
+- ``compile=True`` (or a dict of torch.compile options): ``torch.compile``. Torch's guards,
+  checked at every chunk call, decide when a new signature (shapes, dtypes, devices, the keyword
+  arguments it guards on, globals the function reads) compiles again; a batch length seen before
+  in another size makes the batch dimension dynamic, so a shorter last chunk compiles once.
+- ``compile="trace"``: as ``jax.jit``. The function is traced once per signature that kvmap
+  checks itself (each tensor's shape, strides, dtype and device; the other arguments by value)
+  into a graph of aten operations (``make_fx`` with fake tensors) and compiled by Inductor
+  (``torch._inductor.compile``); a chunk call is a dictionary lookup and the compiled code, with
+  no Dynamo frame or guards. Tensors the function reads from outside its arguments (globals,
+  closures, module parameters) are those objects at the first call of a signature (changed in
+  place they are seen; rebound they are not). vmap pads chunks to the chunk size (one shape,
+  one compilation).
+
+Where torch cannot compile (no ``torch.compile``, a backend failure, data-dependent control flow
+under ``"trace"``, no C++ compiler for Inductor), the eager function runs instead after one
+warning: never a wrong result."""
 import itertools
 import time
 import types
@@ -24,15 +36,28 @@ def reset_counters():
     _COUNTERS.update(compilations=0, compile_seconds=0.0, compile_fallbacks=0)
 
 
+TRACE = "trace"
+
+
 def options(who, compile):
-    """None for compile=False; else the keyword arguments of torch.compile (True: defaults)."""
+    """None for compile=False; "trace"; else the keyword arguments of torch.compile (True: defaults)."""
     if compile is False or compile is None:
         return None
     if compile is True:
         return {}
+    if isinstance(compile, str) and compile == TRACE:
+        return TRACE
     if isinstance(compile, dict):
         return dict(compile)
-    raise TypeError("%s: compile must be a bool or a dict of torch.compile options, got %r" % (who, compile))
+    raise TypeError("%s: compile must be a bool, 'trace' or a dict of torch.compile options, got %r"
+                    % (who, compile))
+
+
+def runner(who, eager, compile_options):
+    """The chunk function for compile_options (options()' result)."""
+    if compile_options == TRACE:
+        return Traced(who, eager)
+    return Compiled(who, eager, compile_options)
 
 
 def _counting(backend):
@@ -67,42 +92,119 @@ def _own_code(fn):
     return types.FunctionType(code, chunk.__globals__, code.co_name, chunk.__defaults__, chunk.__closure__)
 
 
-class Compiled:
-    """``eager`` compiled on first use; on a failure that the eager function does not share,
-    the eager function from then on (one warning). A failure both share is the caller's: it
-    is raised as the eager function raises it, as without compile."""
+def _why(error):
+    text = str(error).strip()
+    return "%s: %s" % (type(error).__name__, text.splitlines()[0][:300] if text else "")
 
-    def __init__(self, who, eager, compile_options):
+
+class _Runner:
+    """What both runners share: the eager function, and falling back to it with one warning
+    on a failure that the eager function does not share. A failure both share is the
+    caller's: it is raised as the eager function raises it, as without compile."""
+
+    def __init__(self, who, eager):
         self.who = who
         self.eager = eager
-        self.options = dict(compile_options)
-        self.compiled = None
         self.failed = False
         self.warned = False
 
-    def _fall_back(self, why):
-        self.failed = True
+    def _eager_after(self, error, args, kwargs, for_good=True):
+        result = self.eager(*args, **kwargs)  # a failure of func itself raises here
+        self.failed = self.failed or for_good
         _COUNTERS["compile_fallbacks"] += 1
         if not self.warned:
             self.warned = True
             warnings.warn("%s(compile=...): torch cannot compile this function (%s); running it "
-                          "eagerly" % (self.who, why), RuntimeWarning, stacklevel=3)
+                          "eagerly" % (self.who, _why(error)), RuntimeWarning, stacklevel=3)
+        return result
+
+
+class Compiled(_Runner):
+    """compile=True: ``torch.compile(eager)``, made at the first call."""
+
+    def __init__(self, who, eager, compile_options):
+        super().__init__(who, eager)
+        self.options = dict(compile_options)
+        self.compiled = None
 
     def __call__(self, *args, **kwargs):
-        if not self.failed:
-            if self.compiled is None:
-                opts = dict(self.options)
-                opts["backend"] = _counting(opts.get("backend", "inductor"))
-                self.compiled = torch.compile(_own_code(self.eager), **opts)
+        if self.failed:
+            return self.eager(*args, **kwargs)
+        if self.compiled is None:
+            opts = dict(self.options)
+            opts["backend"] = _counting(opts.get("backend", "inductor"))
+            self.compiled = torch.compile(_own_code(self.eager), **opts)
+        try:
+            return self.compiled(*args, **kwargs)
+        except Exception as compiled_error:  # noqa: BLE001 (decided by the eager run)
+            return self._eager_after(compiled_error, args, kwargs)
+
+
+class Traced(_Runner):
+    """compile="trace": one Inductor program per signature, traced without Dynamo."""
+
+    def __init__(self, who, eager):
+        super().__init__(who, eager)
+        self.programs = {}  # signature -> (compiled program, whether func returns one tensor)
+
+    @staticmethod
+    def _signature(args, kwargs):
+        """The tensors (positional ones, then keyword ones by name) and the signature: where each
+        tensor sits, its shape, strides, dtype and device; every other value as it is."""
+        tensors, key = [], []
+        for where, value in itertools.chain(enumerate(args), sorted(kwargs.items())):
+            if isinstance(value, torch.Tensor):
+                tensors.append(value)
+                key.append((where, tuple(value.shape), value.stride(), value.dtype, value.device))
+            else:
+                key.append((where, type(value), value))
+        return tensors, tuple(key)
+
+    def _trace(self, args, kwargs, tensors):
+        from torch.fx.experimental.proxy_tensor import make_fx
+
+        positions = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+        names = sorted(k for k, v in kwargs.items() if isinstance(v, torch.Tensor))
+        one_output = []
+
+        def flat(*ts):
+            a, kw = list(args), dict(kwargs)
+            for i, t in zip(positions, ts):
+                a[i] = t
+            for name, t in zip(names, ts[len(positions):]):
+                kw[name] = t
+            out = self.eager(*a, **kw)
+            one_output.append(isinstance(out, torch.Tensor))
+            return (out,) if one_output[-1] else tuple(out)
+
+        start = time.perf_counter()
+        # Fake tensors: a branch on a tensor's values cannot be traced (an error, then eager);
+        # it is never frozen into the program.
+        graph = make_fx(flat, tracing_mode="fake", _allow_non_fake_inputs=True)(*tensors)
+        compiled = torch._inductor.compile(graph, list(tensors))
+        _COUNTERS["compilations"] += 1
+        _COUNTERS["compile_seconds"] += time.perf_counter() - start
+        return compiled, one_output[-1]
+
+    def __call__(self, *args, **kwargs):
+        if self.failed:
+            return self.eager(*args, **kwargs)
+        tensors, key = self._signature(args, kwargs)
+        if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+            return self.eager(*args, **kwargs)  # the program computes no gradients
+        try:
+            program = self.programs.get(key)
+        except TypeError as unhashable:  # an argument kvmap cannot compare: this call eager
+            return self._eager_after(unhashable, args, kwargs, for_good=False)
+        if program is None:
             try:
-                return self.compiled(*args, **kwargs)
-            except Exception as compiled_error:  # noqa: BLE001 (decided by the eager run below)
-                result = self.eager(*args, **kwargs)  # a failure of func itself raises here
-                self._fall_back("%s: %s" % (type(compiled_error).__name__,
-                                            str(compiled_error).strip().splitlines()[0][:300]
-                                            if str(compiled_error).strip() else ""))
-                return result
-        return self.eager(*args, **kwargs)
+                program = self._trace(args, kwargs, tensors)
+            except Exception as trace_error:  # noqa: BLE001 (decided by the eager run)
+                return self._eager_after(trace_error, args, kwargs)
+            self.programs[key] = program
+        compiled, one_output = program
+        out = compiled(*tensors)
+        return out[0] if one_output else tuple(out)
 
 
 def _split(array):
@@ -139,6 +241,6 @@ class CompiledVmap:
         mapped = self.by_pattern.get(pattern)
         if mapped is None:
             local = torch.func.vmap(self.__wrapped__, in_dims=pattern, out_dims=0)
-            mapped = self.make_mapped(Compiled("kvmap.vmap", local, self.options))
+            mapped = self.make_mapped(runner("kvmap.vmap", local, self.options))
             self.by_pattern[pattern] = mapped
         return mapped(*arrays, **kwargs)

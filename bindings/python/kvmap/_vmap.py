@@ -58,10 +58,15 @@ def vmap(func, out_dims=0, randomness="error", *, chunk_size=None, memory_budget
 
     ``compile=True`` (or a dict of ``torch.compile`` options) runs each chunk as
     ``torch.compile(torch.func.vmap(func))``, compiled at the first call and reused by every
-    chunk and call (torch's guards compile again for a new shape or dtype; a shorter last
-    chunk makes the batch dimension dynamic once). Not with ``randomness`` "same" or
-    "different". Where torch cannot compile ``func``, it runs eagerly after one warning.
-    ``kvmap.stats()`` counts ``compilations``, ``compile_seconds`` and ``compile_fallbacks``.
+    chunk and call (torch's guards, checked at each chunk, compile again for a new shape or
+    dtype; a shorter last chunk makes the batch dimension dynamic once). ``compile="trace"``
+    is ``jax.jit``'s contract: ``torch.func.vmap(func)`` traced once per signature (shapes,
+    strides, dtypes, devices, keyword arguments' values) and compiled by Inductor, called
+    without guards; tensors ``func`` reads from outside its arguments are those of the first
+    call (pass the ones that change as arguments); chunks are padded to ``chunk_size``. Not
+    with ``randomness`` "same" or "different". Where torch cannot compile ``func``, it runs
+    eagerly after one warning. ``kvmap.stats()`` counts ``compilations``,
+    ``compile_seconds`` and ``compile_fallbacks``.
     """
     if not isinstance(randomness, str):
         raise ValueError("kvmap.vmap: randomness must be 'error', 'same' or 'different', got %r" % (randomness,))
@@ -76,9 +81,12 @@ def vmap(func, out_dims=0, randomness="error", *, chunk_size=None, memory_budget
             _compile.warn_unavailable("kvmap.vmap")
         return mapped
     _mapped("kvmap.vmap", func, out_dims, randomness, chunk_size, memory_budget, False, True)  # checks
+    # A traced program is made for one shape: chunks padded to the chunk size compile once (the
+    # padding's samples, copies of the last one, are computed and dropped).
+    pad = compile_options == _compile.TRACE and chunk_size is not None
     return _compile.CompiledVmap(
         func, lambda local: _mapped("kvmap.vmap", local, out_dims, randomness, chunk_size, memory_budget,
-                                    False, True), compile_options)
+                                    pad, True), compile_options)
 
 
 def map_batches(func, out_dims=0, *, chunk_size=None, memory_budget=None, pad_to_chunk=False, compile=False):
@@ -93,14 +101,15 @@ def map_batches(func, out_dims=0, *, chunk_size=None, memory_budget=None, pad_to
     every time, for programs compiled for one shape: the last chunk is padded with copies of
     its last row, ``kvmap.chunk_rows()`` says how many rows are real, the padding's outputs
     are dropped. ``compile=True`` (or a dict of ``torch.compile`` options) runs
-    ``torch.compile(func)`` on the chunks, as in ``vmap``.
+    ``torch.compile(func)`` on the chunks, ``compile="trace"`` ``func`` traced and compiled
+    once per signature, as in ``vmap`` (with ``pad_to_chunk``: one shape).
     """
     compile_options = _compile.options("kvmap.map_batches", compile)
     if compile_options is not None and callable(func):
         if _compile.available() is not None:
             _compile.warn_unavailable("kvmap.map_batches")
         else:
-            func = _compile.Compiled("kvmap.map_batches", func, compile_options)
+            func = _compile.runner("kvmap.map_batches", func, compile_options)
     return _mapped("kvmap.map_batches", func, out_dims, "error", chunk_size, memory_budget, pad_to_chunk,
                    True)
 

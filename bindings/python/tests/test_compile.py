@@ -2,7 +2,9 @@
 sample-by-sample loop, chunking (the last chunk shorter), out_dims, keyword arguments, how often
 torch compiles, the fallback to eager, and what is refused. Most cases compile with torch's
 "aot_eager" backend (Dynamo's graph capture through functorch's vmap and AOT autograd, without
-generating C++); one compiles with Inductor, the default."""
+generating C++); one compiles with Inductor, the default. compile="trace" (traced without Dynamo,
+compiled by Inductor, called without guards) has its own cases below: padded chunks, a program
+per signature, tensors passed by keyword never frozen, no output sharing an input's storage."""
 import warnings
 
 import pytest
@@ -120,9 +122,11 @@ def test_errors_of_func_are_raised_as_without_compile():
 def test_refused_and_checked():
     with pytest.raises(ValueError, match="randomness='error' only"):
         kvmap.vmap(lambda v: v, randomness="same", compile=True)
-    with pytest.raises(TypeError, match="compile must be a bool or a dict"):
+    with pytest.raises(ValueError, match="randomness='error' only"):
+        kvmap.vmap(lambda v: v, randomness="different", compile="trace")
+    with pytest.raises(TypeError, match="compile must be a bool, 'trace' or a dict"):
         kvmap.vmap(lambda v: v, compile="yes")
-    with pytest.raises(TypeError, match="compile must be a bool or a dict"):
+    with pytest.raises(TypeError, match="compile must be a bool, 'trace' or a dict"):
         kvmap.map_batches(lambda v: v, compile=1)
 
 
@@ -133,3 +137,88 @@ def test_without_torch_compile_runs_eagerly():
         mapped = kvmap.vmap(lambda v: (v * v).sum(), compile=True)
     (y,) = mapped(x)
     assert close(gathered(y), (gathered(x) ** 2).sum(-1), 8)
+
+
+# compile="trace": Inductor generates C++ on every rank alike; Heat's F at 1 and 2 ranks only.
+@needs_compile
+@pytest.mark.skipif(P > 2, reason="Inductor compiles on every rank alike: at 1 and 2 ranks only (CI time)")
+def test_trace_heat_case_padded_chunks():
+    # 5 samples per rank in chunks of 3: the last chunk is padded to 3 rows. Two programs: the
+    # first chunk of x1 (split along axis 1) is a strided view, the padded one a contiguous copy.
+    a_full, b_full = randn(5 * P, 10, 10, seed=21), randn(10, 5 * P, seed=22)
+    x0, x1 = kvmap.array(a_full, split=0), kvmap.array(b_full, split=1)
+    before = compilations()
+    mapped = kvmap.vmap(F, (0, 1), chunk_size=3, compile="trace")
+    mapped(x0, x1, k=2, scale=2.2)
+    assert before < compilations() <= before + 2
+    first = compilations()
+    y0, y1 = mapped(x0, x1, k=2, scale=2.2)
+    assert compilations() == first
+    r0, r1 = loop_reference(F, [gathered(x0), gathered(x1)], [0, 1], (0, 1), k=2, scale=2.2)
+    assert y0.split == 0 and y1.split == 1
+    assert close(gathered(y0), r0, F_ROUNDINGS[0])
+    assert close(gathered(y1), r1, F_ROUNDINGS[1])
+
+
+@needs_compile
+def test_trace_one_program_per_signature():
+    w = randn(16, 8, seed=23)
+    mapped = kvmap.vmap(lambda v, w: torch.tanh(v @ w).sum(), chunk_size=4, compile="trace")
+    x = kvmap.array(randn(10 * P, 16, seed=24), split=0)  # chunks of 4, 4 and 2 (padded to 4)
+    before = kvmap.stats()
+    (y,) = mapped(x, w=w)
+    assert kvmap.stats()["compilations"] == before["compilations"] + 1
+    for _ in range(100):
+        (y,) = mapped(x, w=w)
+    assert kvmap.stats()["compilations"] == before["compilations"] + 1, "the same signature compiled again"
+    assert close(gathered(y), torch.tanh(gathered(x) @ w).sum(-1), 16 + 8 + 4)
+    # A tensor passed by keyword is an input of the program, never a constant of it: another
+    # tensor of the same signature gives its own result without compiling.
+    w2 = randn(16, 8, seed=25)
+    (y2,) = mapped(x, w=w2)
+    assert kvmap.stats()["compilations"] == before["compilations"] + 1
+    assert close(gathered(y2), torch.tanh(gathered(x) @ w2).sum(-1), 16 + 8 + 4)
+    # Another dtype, another trailing shape: a program each.
+    (y3,) = mapped(kvmap.array(randn(6 * P, 16, dtype=torch.float32, seed=26), split=0), w=w2.float())
+    (y4,) = mapped(kvmap.array(randn(6 * P, 12, seed=27), split=0), w=w2[:12])
+    assert kvmap.stats()["compilations"] == before["compilations"] + 3
+    assert kvmap.stats()["compile_fallbacks"] == before["compile_fallbacks"]
+
+
+@needs_compile
+def test_trace_reads_outside_tensors_in_place_and_outputs_own_storage():
+    w = randn(6, 6, seed=28)
+    x = kvmap.array(randn(4 * P, 6, seed=29), split=0)
+    mapped = kvmap.vmap(lambda v: v @ w, compile="trace")
+    (y,) = mapped(x)
+    assert close(gathered(y), gathered(x) @ w, 6)
+    w.mul_(-2)  # changed in place: the program reads the same tensor
+    (y,) = mapped(x)
+    assert close(gathered(y), gathered(x) @ w, 6)
+    # The identity: Inductor's program returns its input; kvmap's output is storage of its own.
+    (same,) = kvmap.vmap(lambda v: v, compile="trace")(x)
+    assert torch.equal(same.larray, x.larray)
+    assert same.larray.untyped_storage().data_ptr() != x.larray.untyped_storage().data_ptr()
+    # Inputs that require gradients: the eager function (the program computes none).
+    xg = kvmap.array(randn(4 * P, 6, seed=30).requires_grad_(), split=0)
+    (yg,) = kvmap.map_batches(lambda v: (v * v).sum(-1), compile="trace")(xg)
+    assert close(gathered(yg).detach(), (gathered(x) * 0 + gathered(xg).detach()).pow(2).sum(-1), 8)
+
+
+@needs_compile
+def test_trace_falls_back_on_data_dependent_control_flow():
+    def branchy(v):  # a branch on the values: not traceable, never frozen into a program
+        return v * 2 if bool(v.sum() > 0) else v - 1
+    x = kvmap.array(randn(5 * P, 3, seed=31), split=0)
+    before = kvmap.stats()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        mapped = kvmap.map_batches(branchy, chunk_size=2, compile="trace")
+        (y,) = mapped(x)
+        (y,) = mapped(x)
+    messages = [str(w.message) for w in caught if "compile" in str(w.message)]
+    assert len(messages) == 1 and "cannot compile" in messages[0], messages
+    assert kvmap.stats()["compile_fallbacks"] == before["compile_fallbacks"] + 1
+    chunks = gathered(x).split(2)  # every rank's 5 rows in chunks of 2, 2 and 1
+    local = [torch.cat([branchy(c) for c in r.split(2)]) for r in gathered(x).split(5)]
+    assert len(chunks) > 0 and torch.equal(gathered(y), torch.cat(local))
