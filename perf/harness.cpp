@@ -1,5 +1,6 @@
 #include "harness.hpp"
 
+#include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <ATen/Version.h>
 #include <Kokkos_Core.hpp>
@@ -85,6 +86,16 @@ Report::Report(const kvmap::Comm& comm, Settings settings)
 
 void Report::add(Record r) {
   records_.push_back(std::move(r));
+}
+
+// tanh(x@W).sum(-1) in float64 and its error bound: x@W is a K-term dot product per hidden
+// unit (error <= gamma_K (|x|@|W|)), which tanh passes on scaled by 1 - t^2 and rounds
+// (4 roundings of |t|); the N-term sum adds gamma_N sum|t|.
+Expected tanh_sum_expected(const at::Tensor& direct, const at::Tensor& x, const at::Tensor& W) {
+  const at::Tensor x64 = x.to(at::kCPU).to(at::kDouble), w64 = W.to(at::kCPU).to(at::kDouble);
+  const at::Tensor t = at::tanh(at::matmul(x64, w64));
+  const at::Tensor propagated = ((1 - t * t) * at::matmul(x64.abs(), w64.abs())).sum(-1);
+  return {direct, t.sum(-1), {W.size(0) + W.size(1) + 4, propagated + t.abs().sum(-1)}};
 }
 
 std::string format_seconds(double s) {

@@ -18,6 +18,7 @@ struct Settings {
   int warmup = 1;
   int reps = 5;
   std::string json_path;
+  std::string compiled_dir;  // the "compiled" scenario's programs (perf/export_compiled.py)
 };
 
 // Median and range of a run's wall time, each sample the slowest rank's time.
@@ -105,6 +106,10 @@ double require_close(const std::string& scenario, const std::string& case_name,
                      const std::string& contender, const at::Tensor& actual,
                      const Expected& expected);
 
+// The expected result of Heat's vmap comparison, f(x) = tanh(x@W).sum(-1), for `direct`
+// computed on x (float64 and the rounding bound).
+Expected tanh_sum_expected(const at::Tensor& direct, const at::Tensor& x, const at::Tensor& W);
+
 std::string format_seconds(double s);
 
 // Scenarios.
@@ -117,6 +122,7 @@ void scenario_native(Report& report);
 void scenario_zero_copy(Report& report);
 void scenario_scale(Report& report);
 void scenario_models(Report& report);
+void scenario_compiled(Report& report);
 void scenario_overlap(Report& report);
 
 }  // namespace kvmap_perf

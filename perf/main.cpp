@@ -1,5 +1,6 @@
 // kvmap-perf: measures kvmap against the alternatives in the same run, under mpirun.
-//   mpirun -np N kvmap-perf [--scenario NAME[,NAME...]] [--quick] [--json FILE] [--version]
+//   mpirun -np N kvmap-perf [--scenario NAME[,NAME...]] [--quick] [--json FILE]
+//                           [--compiled DIR] [--version]
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -24,19 +25,21 @@ const std::map<std::string, std::function<void(kvmap_perf::Report&)>>& scenarios
       {"zero-copy", kvmap_perf::scenario_zero_copy},
       {"scale", kvmap_perf::scenario_scale},
       {"models", kvmap_perf::scenario_models},
+      {"compiled", kvmap_perf::scenario_compiled},
       {"overlap", kvmap_perf::scenario_overlap},
   };
   return s;
 }
-const char* kOrder[] = {"zero-copy", "overhead",       "models", "chunks", "scaling",
-                        "scale",     "redistribution", "native", "overlap"};
+const char* kOrder[] = {"zero-copy", "overhead", "models",         "compiled", "chunks",
+                        "scaling",   "scale",    "redistribution", "native",   "overlap"};
 
 int usage(int rc) {
   std::printf(
       "usage: mpirun -np N kvmap-perf [--scenario NAME[,NAME...]] [--quick] [--json FILE] "
-      "[--version]\n"
-      "scenarios: zero-copy overhead models chunks scaling scale redistribution native overlap\n"
-      "           (default: all),\n"
+      "[--compiled DIR] [--version]\n"
+      "scenarios: zero-copy overhead models compiled chunks scaling scale redistribution native\n"
+      "           overlap (default: all; compiled runs the AOTInductor programs that\n"
+      "           perf/export_compiled.py DIR writes, given --compiled DIR),\n"
       "           instructions (under callgrind only: perf/instructions.py runs it)\n");
   return rc;
 }
@@ -63,6 +66,8 @@ int main(int argc, char** argv) {
         settings.reps = 3;
       } else if (arg == "--json" && i + 1 < argc) {
         settings.json_path = argv[++i];
+      } else if (arg == "--compiled" && i + 1 < argc) {
+        settings.compiled_dir = argv[++i];
       } else if (arg == "--scenario" && i + 1 < argc) {
         std::stringstream ss(argv[++i]);
         std::string name;

@@ -1,8 +1,18 @@
 // A trained model as the mapped function: the same TorchScript potential called directly on
 // the local batch, through kvmap::map_batches (the model sees whole chunks) and through
-// kvmap::vmap (the model written for one particle, batched by functorch).
+// kvmap::vmap (the model written for one particle, batched by functorch); and a compiled
+// program (AOTInductor) through kvmap::map_batches, chunked and padded, on Heat's comparison.
 #include <ATen/ATen.h>
 #include <torch/script.h>
+#include <torch/version.h>
+
+#include <cstdio>
+#include <optional>
+
+#if __has_include(<torch/csrc/inductor/aoti_package/model_package_loader.h>)
+#include <torch/csrc/inductor/aoti_package/model_package_loader.h>
+#define KVMAP_PERF_HAVE_AOTI 1
+#endif
 
 #include "harness.hpp"
 #include "mpi_transport.hpp"  // reductions of the contenders' figures over ranks
@@ -93,6 +103,81 @@ void scenario_models(Report& report) {
                  {"error_over_bound", e_samples}},
                 {}});
   }
+}
+
+// Heat's vmap comparison (perf/heat_vs_kvmap.py's compiled contenders) for C++: f(x) =
+// tanh(x@W).sum(-1) on 64 float32 features compiled by AOTInductor (perf/export_compiled.py:
+// a dynamic batch axis, and a static batch of 256 run with pad_to_chunk), against the eager
+// direct call and kvmap::vmap of the per-sample function, unchunked and in chunks of 256.
+void scenario_compiled(Report& report) {
+  const auto& comm = report.comm();
+  auto skipped = [&](const std::string& why) {
+    if (comm.rank() == 0) std::printf("compiled: skipped (%s)\n", why.c_str());
+  };
+#if defined(KVMAP_PERF_HAVE_AOTI)
+  const std::string& dir = report.settings().compiled_dir;
+  if (dir.empty()) return skipped("no --compiled DIR; perf/export_compiled.py DIR writes it");
+  if (!on_host()) return skipped("the programs are compiled for the CPU");
+  torch::jit::Module weights = torch::jit::load(dir + "/tanh_sum_w.pt");
+  const at::Tensor W = weights.attr("W").toTensor();
+  torch::inductor::AOTIModelPackageLoader dynamic(dir + "/tanh_sum.pt2", "model", false, 1);
+  torch::inductor::AOTIModelPackageLoader static256(dir + "/tanh_sum_b256.pt2", "model", false, 1);
+  constexpr std::int64_t kChunk = 256;
+  auto per_sample = [&](const at::Tensor& x) { return at::tanh(at::matmul(x, W)).sum(-1); };
+  auto run_dynamic = [&](const at::Tensor& x) { return dynamic.run({x})[0]; };
+  auto run_static = [&](const at::Tensor& x) { return static256.run({x})[0]; };
+  for (std::int64_t n : {16, 1024, 100000}) {
+    auto x = kvmap::DistView<>::from_local(
+        at::randn({n, 64}, at::detail::createCPUGenerator(300 + comm.rank()),
+                  at::TensorOptions().dtype(at::kFloat)),
+        0, comm);
+    const at::Tensor xl = x.local();
+    const Expected expected = tanh_sum_expected(per_sample(xl), xl, W);
+    for (std::optional<std::int64_t> chunk :
+         {std::optional<std::int64_t>(), std::optional(kChunk)}) {
+      if (chunk && n <= *chunk) continue;
+      const std::string case_name =
+          "tanh(x@W).sum(-1) n=" + std::to_string(n) + (chunk ? " chunk 256" : "");
+      report.progress("compiled: " + case_name);
+      const auto options = kvmap::VmapOptions().chunk_size(chunk);
+      auto vf = kvmap::vmap(per_sample, options);
+      auto mb = kvmap::map_batches(run_dynamic, options);
+      auto padded =
+          kvmap::map_batches(run_static, kvmap::VmapOptions().chunk_size(kChunk).pad_to_chunk());
+      struct Contender {
+        std::string name;
+        std::function<at::Tensor()> call;
+      };
+      std::vector<Contender> contenders = {
+          {"direct batched", [&] { return per_sample(xl); }},
+          {"kvmap::vmap", [&] { return vf(x).local(); }},
+          {"kvmap::map_batches + AOTInductor", [&] { return mb(x).local(); }},
+      };
+      if (chunk)
+        contenders.push_back({"kvmap::map_batches + AOTInductor (batch 256, padded)",
+                              [&] { return padded(x).local(); }});
+      else
+        contenders.push_back({"AOTInductor, direct", [&] { return run_dynamic(xl); }});
+      std::vector<double> errors;
+      std::vector<std::function<void()>> ops;
+      for (const Contender& c : contenders) {
+        errors.push_back(kvmap::Detail::transport(comm).allreduce_max(
+            require_close("compiled", case_name, c.name, c.call(), expected)));
+        ops.push_back([&c] { (void)c.call(); });
+      }
+      const int reps = n <= 1024 ? 200 : (report.settings().quick ? 5 : 21);
+      const auto t = measure_interleaved(comm, report.settings(), ops, reps);
+      for (std::size_t i = 0; i < contenders.size(); ++i) {
+        std::map<std::string, double> figures = {{"error_over_bound", errors[i]}};
+        if (i > 0) figures["over_direct"] = t[i].median / t[0].median;
+        report.add({"compiled", case_name, contenders[i].name, t[i], figures, {}});
+      }
+    }
+  }
+#else
+  skipped("LibTorch " TORCH_VERSION
+          " has no AOTInductor (torch::inductor::AOTIModelPackageLoader, >= 2.6)");
+#endif
 }
 
 }  // namespace kvmap_perf

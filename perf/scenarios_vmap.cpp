@@ -43,16 +43,6 @@ at::Tensor per_sample_loop(const std::function<at::Tensor(const at::Tensor&)>& f
   return at::stack(outs);
 }
 
-// tanh(x@W).sum(-1) in float64 and its error bound: x@W is a K-term dot product per hidden
-// unit (error <= gamma_K (|x|@|W|)), which tanh passes on scaled by 1 - t^2 and rounds
-// (4 roundings of |t|); the N-term sum adds gamma_N sum|t|.
-Expected tanh_sum_expected(const at::Tensor& direct, const at::Tensor& x, const at::Tensor& W) {
-  const at::Tensor x64 = x.to(at::kCPU).to(at::kDouble), w64 = W.to(at::kCPU).to(at::kDouble);
-  const at::Tensor t = at::tanh(at::matmul(x64, w64));
-  const at::Tensor propagated = ((1 - t * t) * at::matmul(x64.abs(), w64.abs())).sum(-1);
-  return {direct, t.sum(-1), {W.size(0) + W.size(1) + 4, propagated + t.abs().sum(-1)}};
-}
-
 // sin(x)*2+1: sin rounds (4 roundings of 2|sin x| after the exact doubling), + 1 once more.
 Expected sin_expected(const at::Tensor& direct, const at::Tensor& x) {
   const at::Tensor s = at::sin(x.to(at::kCPU).to(at::kDouble));

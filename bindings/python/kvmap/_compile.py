@@ -141,7 +141,12 @@ class Compiled(_Runner):
 
 
 class Traced(_Runner):
-    """compile="trace": one Inductor program per signature, traced without Dynamo."""
+    """compile="trace": one Inductor program per signature, traced without Dynamo. At most
+    PROGRAMS per callable (as Dynamo's recompile limit): a number passed by keyword that
+    changes every call would otherwise compile at every call; the signatures beyond run
+    eagerly after the one warning (pass such values as tensors: they are inputs)."""
+
+    PROGRAMS = 32
 
     def __init__(self, who, eager):
         super().__init__(who, eager)
@@ -197,6 +202,10 @@ class Traced(_Runner):
         except TypeError as unhashable:  # an argument kvmap cannot compare: this call eager
             return self._eager_after(unhashable, args, kwargs, for_good=False)
         if program is None:
+            if len(self.programs) >= self.PROGRAMS:
+                return self._eager_after(RuntimeError(
+                    "%d signatures compiled already; a value passed by keyword that changes every "
+                    "call? pass it as a tensor" % self.PROGRAMS), args, kwargs, for_good=False)
             try:
                 program = self._trace(args, kwargs, tensors)
             except Exception as trace_error:  # noqa: BLE001 (decided by the eager run)

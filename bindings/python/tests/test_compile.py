@@ -161,7 +161,7 @@ def test_trace_heat_case_padded_chunks():
 
 
 @needs_compile
-def test_trace_one_program_per_signature():
+def test_trace_one_program_per_signature(monkeypatch):
     w = randn(16, 8, seed=23)
     mapped = kvmap.vmap(lambda v, w: torch.tanh(v @ w).sum(), chunk_size=4, compile="trace")
     x = kvmap.array(randn(10 * P, 16, seed=24), split=0)  # chunks of 4, 4 and 2 (padded to 4)
@@ -183,6 +183,18 @@ def test_trace_one_program_per_signature():
     (y4,) = mapped(kvmap.array(randn(6 * P, 12, seed=27), split=0), w=w2[:12])
     assert kvmap.stats()["compilations"] == before["compilations"] + 3
     assert kvmap.stats()["compile_fallbacks"] == before["compile_fallbacks"]
+    # A number by keyword is part of the signature: beyond the limit of programs per callable,
+    # new values run eagerly after one warning, with the eager result.
+    limit = 2  # (the limit is 32: each program takes Inductor seconds)
+    monkeypatch.setattr(_compile.Traced, "PROGRAMS", limit)
+    scaled = kvmap.vmap(lambda v, s: (v * s).sum(), compile="trace")
+    small = kvmap.array(randn(2 * P, 3, seed=32), split=0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for k in range(limit + 3):
+            (z,) = scaled(small, s=float(k))
+    assert len([w for w in caught if "signatures compiled already" in str(w.message)]) == 1
+    assert close(gathered(z), (gathered(small) * (limit + 2)).sum(-1), 4)
 
 
 @needs_compile
