@@ -53,6 +53,7 @@ hand-written one exactly (the same operations on the same rows); JSON lines carr
 "scenario": "heat_vs_kvmap_overlap".
 """
 import argparse
+import collections
 import datetime
 import json
 import math
@@ -105,13 +106,15 @@ def pointwise_reference(x64, W):
     return terms.sum(-1), x64.shape[-1] + 16, (1 + terms.abs()).sum(-1)
 
 
-# name: (label, features, f for one sample, f for the batch, whether f takes W, float64 reference)
+# one: f for one sample; batched: f for the batch; takes_w: whether f takes W; reference: the
+# float64 value, roundings and magnitudes for kvmap.check_close.
+Function = collections.namedtuple("Function", "label features one batched takes_w reference")
 FUNCTIONS = {
-    "tanh": ("tanh(x @ W).sum()", 64, f, lambda local, **kw: torch.tanh(local @ kw["W"]).sum(-1), True,
-             tanh_reference),
-    "pointwise": ("(sigmoid(1.5 sin x + 0.25) cos x).sum()", 256, f_pointwise,
-                  lambda local: (torch.sigmoid(torch.sin(local) * 1.5 + 0.25) * torch.cos(local)).sum(-1),
-                  False, pointwise_reference),
+    "tanh": Function("tanh(x @ W).sum()", 64, f, lambda local, **kw: torch.tanh(local @ kw["W"]).sum(-1), True,
+                     tanh_reference),
+    "pointwise": Function("(sigmoid(1.5 sin x + 0.25) cos x).sum()", 256, f_pointwise,
+                          lambda local: (torch.sigmoid(torch.sin(local) * 1.5 + 0.25) * torch.cos(local)).sum(-1),
+                          False, pointwise_reference),
 }
 
 
@@ -138,7 +141,7 @@ def raw_functorch(func, chunk_size):
 
 
 def make_compiled_calls(d, fn, kw, chunk_size):
-    _, _, one, batched, _, _ = fn
+    one, batched = fn.one, fn.batched
     kvmap_c = kvmap.vmap(one, chunk_size=chunk_size, compile=True)
     kvmap_t = kvmap.vmap(one, chunk_size=chunk_size, compile="trace")
     direct_c = torch.compile(batched)
@@ -156,7 +159,7 @@ def make_compiled_calls(d, fn, kw, chunk_size):
 
 
 def make_calls(x, d, fn, kw, chunk_size):
-    _, _, one, batched, _, _ = fn
+    one, batched = fn.one, fn.batched
     heat_f = ht.vmap(one, chunk_size=chunk_size)
     kvmap_f = kvmap.vmap(one, chunk_size=chunk_size)
     torch_f = torch.vmap(one, chunk_size=chunk_size)
@@ -175,7 +178,7 @@ def make_calls(x, d, fn, kw, chunk_size):
 def check_or_exit(comm, calls, x, fn, W, what):
     """Every contender's local result against float64, within the rounding bound of the
     function (kvmap.check_close, the function's reference and bound), agreed over ranks."""
-    exact, roundings, magnitudes = fn[5](x.larray.double(), W)
+    exact, roundings, magnitudes = fn.reference(x.larray.double(), W)
     bad = []
     for name, call in calls.items():
         verdict = kvmap.check_close(call(), exact, roundings=roundings, magnitudes=magnitudes)
@@ -353,11 +356,11 @@ def main():
     rank, ranks = comm.rank, comm.size
     compiling = not args.no_compile and hasattr(torch, "compile")
     fn = FUNCTIONS[args.function]
-    features = fn[1]
+    features = fn.features
     W = torch.randn(features, features, generator=torch.Generator().manual_seed(0))
-    kw = {"W": W} if fn[4] else {}
+    kw = {"W": W} if fn.takes_w else {}
     meta = {
-        "scenario": "heat_vs_kvmap", "function": fn[0], "features": features,
+        "scenario": "heat_vs_kvmap", "function": fn.label, "features": features,
         "dtype": "float32", "ranks": ranks, "torch": torch.__version__, "heat": ht.__version__,
         "kvmap": kvmap.__version__, "hostname": socket.gethostname(),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
